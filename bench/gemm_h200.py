@@ -1,0 +1,234 @@
+"""Hopper TS GEMM on an H200: build candidates here (no GPU), check and time them there.
+
+Two halves, because the build machine has the DSL and no GPU, and the GPU
+machine has torch and no DSL:
+
+``build PLAN`` (CPU)
+    verify every candidate of the plan with the TS verifier and tsopt's checks,
+    compile the valid ones for sm_90a (``tsopt.builder``), and write
+    ``carry/gemm/PLAN/plan.json`` next to the artifacts.
+``run PLAN`` (GPU)
+    check every artifact against torch on random inputs and time it against
+    cuBLAS (``torch.matmul``) in the same process (``workers.runner`` via the
+    watchdog), write the raw measurements to ``$OUT/gemm-PLAN.json`` (or
+    ``--out``) and print a table.
+
+A plan is a list of (label, problem, knob values changed from the seed). The
+commands that produced the committed results are recorded in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CARRY = ROOT / "carry" / "gemm"
+
+BIG = (8192, 8192, 8192)
+SUITE = {
+    "8192^3": (8192, 8192, 8192),
+    "4096^3": (4096, 4096, 4096),
+    "128x8192x8192": (128, 8192, 8192),
+    "8192x1024x8192": (8192, 1024, 8192),
+    "2048x2048x16384": (2048, 2048, 16384),
+    "ragged 3000x2008x1000": (3000, 2008, 1000),
+}
+BODY_MMA = ("try_wait", "wait", "read_stage", "wgmma", "wgmma_wait", "release")
+BODY_LOAD = ("coords", "try_acquire", "acquire", "tma_load", "commit")
+D0 = {"mma": (BODY_MMA, 0, "none", 0, "none")}
+D2 = {"mma": (BODY_MMA, 2, "release", 2, "tail")}
+P1 = {"load": (BODY_LOAD, 1, "none")}
+P2 = {"load": (BODY_LOAD, 2, "none")}
+
+Entry = tuple[str, tuple[int, int, int], str, dict[str, Any]]
+
+
+def _first() -> list[Entry]:
+    """One knob at a time from the seed at 8192^3, then the suite with a few layouts."""
+    knob_steps: list[tuple[str, dict[str, Any]]] = [
+        ("seed", {}),
+        ("persistent", {"persistent": True}),
+        ("persistent swizzle8", {"persistent": True, "swizzle": 8}),
+        ("persistent raster-n swizzle4", {"persistent": True, "raster": "n", "swizzle": 4}),
+        ("cluster 2x1", {"cluster": "2x1"}),
+        ("cluster 1x2", {"cluster": "1x2"}),
+        ("persistent cluster 2x1", {"persistent": True, "cluster": "2x1"}),
+        ("D0 (wait_group 0)", D0),
+        ("D2 (2 in flight)", D2),
+        ("P1 prefetch", P1),
+        ("P2 prefetch", P2),
+        ("stages 3", {"stages": 3}),
+        ("stages 5 tk32", {"stages": 5, "tile_k": 32}),
+        ("tile_k 128 s2", {"tile_k": 128, "stages": 2}),
+        ("1 consumer 128x128", {"consumers": 1, "tile_n": 128}),
+        ("1 consumer 64x256", {"consumers": 1, "tile_m": 64, "tile_n": 256}),
+        ("2 consumers 256x128", {"tile_m": 256, "tile_n": 128}),
+        ("2 consumers 128x128 s6", {"tile_n": 128, "stages": 6}),
+        ("128x192 s5", {"tile_n": 192, "stages": 5}),
+        ("producer last", {"producer_wg": "last"}),
+        ("load warp 3", {"load_warp": 3}),
+        ("regs 24/240", {"producer_regs": 24, "consumer_regs": 240}),
+        ("D0 no advance_on_wait", {**D0, "advance_on_wait": False}),
+    ]
+    entries: list[Entry] = [(label, BIG, "bf16", knobs) for label, knobs in knob_steps]
+    entries.append(("fp16 seed", BIG, "fp16", {}))
+    for name, shape in SUITE.items():
+        if shape == BIG:
+            continue
+        entries.append((f"{name} seed", shape, "bf16", {}))
+        entries.append((f"{name} persistent 2x1", shape, "bf16",
+                        {"persistent": True, "cluster": "2x1"}))
+    ragged = SUITE["ragged 3000x2008x1000"]
+    entries += [
+        ("ragged 1x2", ragged, "bf16", {"cluster": "1x2"}),
+        ("ragged 1 consumer 64x128", ragged, "bf16",
+         {"consumers": 1, "tile_m": 64, "tile_n": 128}),
+        ("ragged fp16 D2 P2", ragged, "fp16", {**D2, **P2}),
+    ]
+    return entries
+
+
+PLANS = {"first": _first}
+
+
+# --------------------------------------------------------------------------------------
+# build (CPU)
+# --------------------------------------------------------------------------------------
+
+
+def _build_one(job: tuple[str, tuple[int, int, int], str, dict[str, Any], str]) -> dict[str, Any]:
+    label, (m, n, k), dtype, knobs, cache_dir = job
+    from search_spaces import get_space
+    from tsopt.builder import build_candidate
+    from tsopt.problem import Problem
+    from tsopt.verifier import verify_genome
+
+    space = get_space("gemm")
+    problem = Problem.of("gemm", dtype, m=m, n=n, k=k)
+    genome = space.genome(**knobs)
+    row: dict[str, Any] = {"label": label, "problem": problem.to_dict(), "knobs": _jsonable(knobs),
+                           "genome": genome.to_dict(), "genome_hash": genome.hash}
+    verdict = verify_genome(genome, problem, space=space)
+    row["verdict"] = verdict.to_dict()
+    if not verdict.valid:
+        return row
+    result = build_candidate(space, genome, problem, "sm_90a", cache_dir)
+    row["build"] = result.to_dict()
+    if result.ok and result.artifact_dir:
+        row["artifact"] = os.path.relpath(result.artifact_dir, ROOT)
+    return row
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def build(plan: str, jobs: int) -> int:
+    entries = PLANS[plan]()
+    out = CARRY / plan
+    out.mkdir(parents=True, exist_ok=True)
+    cache_dir = str(out / "artifacts")
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        rows = list(pool.map(_build_one, [(*e, cache_dir) for e in entries]))
+    for row in rows:
+        status = ("built" if "artifact" in row else
+                  f"REJECTED {row['verdict']['rule']}" if not row["verdict"]["valid"] else
+                  f"BUILD FAILED {row['build'].get('error', '')[:200]}")
+        print(f"{row['label']:38s} {status}")
+    doc = {"plan": plan, "command": f"python bench/gemm_h200.py build {plan}",
+           "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "seconds": round(time.perf_counter() - start, 1), "rows": rows}
+    (out / "plan.json").write_text(json.dumps(doc, indent=1))
+    built = sum("artifact" in r for r in rows)
+    print(f"{built}/{len(rows)} built in {doc['seconds']} s -> {out / 'plan.json'}")
+    return 0 if built else 1
+
+
+# --------------------------------------------------------------------------------------
+# run (GPU)
+# --------------------------------------------------------------------------------------
+
+
+def run(plan: str, out: Path, runs: int, warmup: int, only: Sequence[str]) -> int:
+    from workers.watchdog import measure_artifacts
+
+    doc = json.loads((CARRY / plan / "plan.json").read_text())
+    rows = [r for r in doc["rows"] if "artifact" in r
+            and (not only or any(o in r["label"] for o in only))]
+    dirs = [ROOT / r["artifact"] for r in rows]
+    start = time.perf_counter()
+
+    results: list[dict[str, Any]] = []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, Any] = {
+        "plan": plan,
+        "command": f"python bench/gemm_h200.py run {plan} --runs {runs} --warmup {warmup}",
+        "built_by": doc["command"],
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "results": results,
+    }
+
+    def show(index: int, m: Any) -> None:
+        r = rows[index]
+        results.append({**r, "measurement": m.to_dict()})
+        payload["seconds"] = round(time.perf_counter() - start, 1)
+        # Written after every candidate: a run cut short still leaves its results.
+        out.write_text(json.dumps(payload, indent=1))
+        print(f"[{time.perf_counter() - start:6.1f}s] {r['label']:38s} {m.status:6s} "
+              f"{(m.rate or 0):7.1f} TFLOP/s ratio {(m.ratio or 0):.3f} err {m.rel_err}"
+              + (f" {m.error[:300]}" if m.error else ""), flush=True)
+
+    measured = measure_artifacts(dirs, runs=runs, warmup=warmup, checks=2, on_result=show)
+    payload["baselines"] = {k: {"baseline": p.baseline.to_dict(), "environment": p.environment}
+                            for k, p in measured.probes.items()}
+    payload["seconds"] = round(time.perf_counter() - start, 1)
+    out.write_text(json.dumps(payload, indent=1))
+    print()
+    print(f"{'candidate':38s} {'problem':24s} {'status':7s} {'TFLOP/s':>8s} {'cuBLAS':>8s} "
+          f"{'ratio':>6s} {'rel_err':>8s}")
+    for row in results:
+        m = row["measurement"]
+        p = row["problem"]
+        prob = f"{p['dtype']} {p['m']}x{p['n']}x{p['k']}"
+        print(f"{row['label']:38s} {prob:24s} {m['status']:7s} {(m['rate'] or 0):8.1f} "
+              f"{(m['baseline_rate'] or 0):8.1f} {(m['ratio'] or 0):6.3f} "
+              f"{(m['rel_err'] or 0):8.2e}")
+    print(f"raw JSON: {out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="verify and compile a plan's candidates (CPU)")
+    b.add_argument("plan", choices=sorted(PLANS))
+    b.add_argument("--jobs", type=int, default=2)
+    r = sub.add_parser("run", help="check and time a built plan (GPU)")
+    r.add_argument("plan", choices=sorted(PLANS))
+    r.add_argument("--out", type=Path, default=None)
+    r.add_argument("--runs", type=int, default=50)
+    r.add_argument("--warmup", type=int, default=10)
+    r.add_argument("--only", nargs="*", default=[])
+    args = parser.parse_args(argv)
+    if args.cmd == "build":
+        return build(args.plan, args.jobs)
+    out = args.out or Path(os.environ.get("OUT", "bench/results")) / f"gemm-{args.plan}.json"
+    return run(args.plan, out, args.runs, args.warmup, args.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

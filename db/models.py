@@ -1,0 +1,173 @@
+"""SQLAlchemy models of tsopt's tables.
+
+Every table is prefixed ``tsopt_``: Optuna's RDB storage lives in the same
+database and owns unprefixed tables (``studies``, ``trials``,
+``alembic_version``...). Only the migrations create or change these tables;
+this module declares them so that queries are typed.
+
+The verdict and build tables are caches shared across studies (a verdict
+depends on the genes that can change it, a build on genome, problem, arch and
+tool versions); a candidate points at the rows that judged and built it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+STUDY_STATUSES: tuple[str, ...] = ("running", "finished", "interrupted")
+ORIGINS: tuple[str, ...] = ("seed", "enumerate", "suggest", "warm_start", "planted")
+VERDICT_STAGES: tuple[str, ...] = ("dataflow", "ts", "tsopt", "ok")
+BUILD_STATUSES: tuple[str, ...] = ("ok", "error")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class StudyRow(Base):
+    __tablename__ = "tsopt_study"
+    __table_args__ = (UniqueConstraint("name", name="uq_tsopt_study_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    space: Mapped[str] = mapped_column(String(64))
+    problem_key: Mapped[str] = mapped_column(String(255))
+    problem_json: Mapped[str] = mapped_column(Text)
+    arch: Mapped[str] = mapped_column(String(32))
+    sampler: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    config_json: Mapped[str] = mapped_column(Text, default="{}")
+    optuna_study_name: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+
+
+class VerdictRow(Base):
+    __tablename__ = "tsopt_verdict"
+    __table_args__ = (UniqueConstraint("space", "verdict_key", name="uq_tsopt_verdict_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    space: Mapped[str] = mapped_column(String(64))
+    verdict_key: Mapped[str] = mapped_column(String(255))
+    # The genome first judged under this key: keeps a cached verdict traceable to a candidate.
+    genome_hash: Mapped[str] = mapped_column(String(64))
+    valid: Mapped[bool] = mapped_column(Boolean)
+    stage: Mapped[str] = mapped_column(String(16))
+    rule: Mapped[str | None] = mapped_column(String(128))
+    message: Mapped[str | None] = mapped_column(Text)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    domain: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class BuildRow(Base):
+    __tablename__ = "tsopt_build"
+    __table_args__ = (
+        UniqueConstraint("cache_key", name="uq_tsopt_build_cache_key"),
+        Index("ix_tsopt_build_genome_hash", "genome_hash"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cache_key: Mapped[str] = mapped_column(String(255))
+    genome_hash: Mapped[str] = mapped_column(String(64))
+    problem_key: Mapped[str] = mapped_column(String(255))
+    arch: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))
+    artifact_dir: Mapped[str | None] = mapped_column(Text)
+    library: Mapped[str | None] = mapped_column(Text)
+    compile_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    export_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    link_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    registers: Mapped[int | None] = mapped_column(Integer)
+    smem_bytes: Mapped[int | None] = mapped_column(Integer)
+    spill_bytes: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    versions_json: Mapped[str] = mapped_column(Text, default="{}")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CandidateRow(Base):
+    __tablename__ = "tsopt_candidate"
+    __table_args__ = (
+        UniqueConstraint("study_id", "genome_hash", name="uq_tsopt_candidate_genome"),
+        Index("ix_tsopt_candidate_genome_hash", "genome_hash"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("tsopt_study.id"))
+    genome_hash: Mapped[str] = mapped_column(String(64))
+    genome_json: Mapped[str] = mapped_column(Text)
+    origin: Mapped[str] = mapped_column(String(16))
+    trial_number: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    verdict_id: Mapped[int | None] = mapped_column(ForeignKey("tsopt_verdict.id"))
+    build_id: Mapped[int | None] = mapped_column(ForeignKey("tsopt_build.id"))
+
+
+class MeasurementRow(Base):
+    __tablename__ = "tsopt_measurement"
+    __table_args__ = (
+        UniqueConstraint("candidate_id", "run_id", name="uq_tsopt_measurement_run"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("tsopt_candidate.id"))
+    run_id: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16))
+    median_us: Mapped[float | None] = mapped_column(Float)
+    p10_us: Mapped[float | None] = mapped_column(Float)
+    p90_us: Mapped[float | None] = mapped_column(Float)
+    runs: Mapped[int] = mapped_column(Integer, default=0)
+    rate: Mapped[float | None] = mapped_column(Float)
+    rate_unit: Mapped[str] = mapped_column(String(16), default="")
+    rel_err: Mapped[float | None] = mapped_column(Float)
+    baseline_name: Mapped[str] = mapped_column(String(64), default="")
+    baseline_median_us: Mapped[float | None] = mapped_column(Float)
+    baseline_rate: Mapped[float | None] = mapped_column(Float)
+    ratio: Mapped[float | None] = mapped_column(Float)
+    device: Mapped[str] = mapped_column(String(255), default="")
+    driver: Mapped[str] = mapped_column(String(64), default="")
+    cuda: Mapped[str] = mapped_column(String(64), default="")
+    torch: Mapped[str] = mapped_column(String(64), default="")
+    error: Mapped[str | None] = mapped_column(Text)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class BaselineRow(Base):
+    __tablename__ = "tsopt_baseline"
+    __table_args__ = (
+        UniqueConstraint("problem_key", "name", "run_id", name="uq_tsopt_baseline_run"),
+        Index("ix_tsopt_baseline_problem", "problem_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    problem_key: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(64))
+    device: Mapped[str] = mapped_column(String(255), default="")
+    run_id: Mapped[str] = mapped_column(String(255))
+    median_us: Mapped[float | None] = mapped_column(Float)
+    p10_us: Mapped[float | None] = mapped_column(Float)
+    p90_us: Mapped[float | None] = mapped_column(Float)
+    rate: Mapped[float | None] = mapped_column(Float)
+    rate_unit: Mapped[str] = mapped_column(String(16), default="")
+    measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,108 @@
+"""Plain, frozen read results of the store.
+
+The store hands these out instead of ORM objects, so no session ever leaks
+into the caller and a result can cross a process boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from tsopt.genome import Genome
+from tsopt.problem import Problem
+from tsopt.records import BuildResult, Measurement, Verdict
+
+FUNNEL_STAGES: tuple[str, ...] = (
+    "proposed", "dataflow_legal", "ts_valid", "tsopt_checked", "built", "correct", "timed",
+)
+"""The keys of :meth:`db.store.Store.funnel`, in order."""
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    id: int
+    name: str
+    space: str
+    problem: Problem
+    arch: str
+    sampler: str
+    status: str
+    config: dict[str, Any]
+    optuna_study_name: str
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def problem_key(self) -> str:
+        return self.problem.key
+
+
+@dataclass(frozen=True)
+class RecordedMeasurement:
+    """A measurement with the run that took it and when it was recorded."""
+
+    run_id: str
+    measured_at: datetime
+    measurement: Measurement
+
+
+@dataclass(frozen=True)
+class CandidateInfo:
+    """One candidate of a study with everything recorded about it."""
+
+    id: int
+    genome: Genome
+    origin: str
+    trial_number: int | None
+    created_at: datetime
+    verdict: Verdict | None
+    build: BuildResult | None
+    measurements: tuple[RecordedMeasurement, ...]
+
+    @property
+    def genome_hash(self) -> str:
+        return self.genome.hash
+
+    @property
+    def best(self) -> RecordedMeasurement | None:
+        """The fastest correct timing, or None when none was taken."""
+        timed = [
+            r for r in self.measurements
+            if r.measurement.status == "ok" and r.measurement.median_us is not None
+        ]
+        return min(timed, key=lambda r: r.measurement.median_us or 0.0, default=None)
+
+
+@dataclass(frozen=True)
+class RankedCandidate:
+    """A correct, timed candidate and its best measurement; rank 1 is the fastest."""
+
+    rank: int
+    candidate_id: int
+    genome: Genome
+    origin: str
+    trial_number: int | None
+    measurement: Measurement
+    run_id: str
+    measured_at: datetime
+    build: BuildResult | None
+
+    @property
+    def genome_hash(self) -> str:
+        return self.genome.hash
+
+    @property
+    def median_us(self) -> float:
+        assert self.measurement.median_us is not None, "ranked rows are timed"
+        return self.measurement.median_us
+
+
+class Rejection(NamedTuple):
+    """Candidates stopped for one reason: where, the rule, how many, one example message."""
+
+    stage: str
+    rule: str
+    count: int  # type: ignore[assignment]  # shadows tuple.count: the name the API promises
+    example: str

@@ -1,0 +1,23 @@
+"""Open an existing database for a read-only command (report, dashboard).
+
+``Store(url)`` creates a missing SQLite file, which is right for ``tune`` but
+would turn a mistyped ``--db`` of ``report`` into an empty report; these
+commands refuse a file that does not exist instead.
+"""
+
+from __future__ import annotations
+
+from db.engine import display_url, parse_url, sqlite_path
+from db.store import Store
+from tsopt.errors import UserInputError
+
+
+def open_existing(db_url: str) -> Store:
+    """A store on an existing database; UserInputError naming a missing SQLite file."""
+    path = sqlite_path(parse_url(db_url))
+    if path is not None and not path.is_file():
+        raise UserInputError(
+            f"no database at {str(path)!r} (from --db {display_url(parse_url(db_url))!r}); "
+            "run `tsopt tune` first or pass the right --db"
+        )
+    return Store(db_url)

@@ -1,0 +1,105 @@
+"""``tsopt report``: list the studies, or write one study's (or two studies') HTML report."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from db.engine import display_url, parse_url
+from db.store import Store
+from reports.data import report_document
+from reports.existing import open_existing
+from reports.render import render_html
+from tsopt.errors import UserInputError
+
+
+def _study_names(study: str | None, compare: Sequence[str]) -> list[str]:
+    """The studies to report: none (list them), one, or two side by side.
+
+    ``--compare A B`` reaches us as compare=[A] and study=B (the second name
+    is the positional argument), so one compare name plus a study is a pair.
+    """
+    names = list(compare)
+    if not names:
+        return [study] if study else []
+    if study is not None:
+        names.append(study)
+    if len(names) != 2:
+        raise UserInputError(
+            f"--compare takes two studies, got {len(names)}: {', '.join(map(repr, names))}"
+        )
+    if names[0] == names[1]:
+        raise UserInputError(f"--compare needs two different studies, got {names[0]!r} twice")
+    return names
+
+
+def _default_out(names: Sequence[str]) -> Path:
+    safe = [re.sub(r"[^A-Za-z0-9._-]+", "_", n) for n in names]
+    return Path("report-" + "-vs-".join(safe) + ".html")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write through a temporary file, so a reader never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def list_studies(store: Store, console: Console) -> int:
+    studies = store.list_studies()
+    if not studies:
+        console.print(f"No studies in {display_url(parse_url(store.url))}.")
+        return 0
+    table = Table(title=f"Studies in {display_url(parse_url(store.url))}")
+    for column in ("study", "space", "problem", "arch", "sampler", "status", "proposed", "valid",
+                   "timed", "best", "created"):
+        table.add_column(column, justify="right" if column in ("proposed", "valid", "timed",
+                                                               "best") else "left")
+    for info in studies:
+        funnel = store.funnel(info.name)
+        best = store.ranked(info.name, limit=1)
+        table.add_row(
+            info.name, info.space, info.problem_key, info.arch, info.sampler, info.status,
+            str(funnel["proposed"]), str(funnel["tsopt_checked"]), str(funnel["timed"]),
+            f"{best[0].median_us:.4g} µs" if best else "–",
+            info.created_at.strftime("%Y-%m-%d %H:%M"),
+        )
+    console.print(table)
+    console.print("Write one: tsopt report STUDY [--out report.html]")
+    return 0
+
+
+def report_command(
+    study: str | None, out: Path | None, compare: Sequence[str], db_url: str, console: Console,
+) -> int:
+    """List the studies (no study given) or write the HTML report; returns the exit code."""
+    names = _study_names(study, compare)
+    with open_existing(db_url) as store:
+        if not names:
+            return list_studies(store, console)
+        known = {s.name for s in store.list_studies()}
+        for name in names:
+            if name not in known:
+                listed = ", ".join(sorted(known)) or "none"
+                raise UserInputError(f"no study named {name!r}; studies in the database: {listed}")
+        document = report_document(store, names, display_url(parse_url(db_url)))
+    path = out if out is not None else _default_out(names)
+    if path.is_dir():
+        path = path / _default_out(names)
+    page = render_html(document)
+    _write_atomically(path, page)
+    timed = [s["funnel"][-1]["count"] for s in document["studies"]]
+    console.print(
+        f"Wrote {path} ({len(page.encode()) / 1024:.0f} KiB) for "
+        + ", ".join(f"{n} ({t} timed)" for n, t in zip(names, timed, strict=True))
+    )
+    return 0

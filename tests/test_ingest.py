@@ -1,0 +1,207 @@
+"""Ingesting measured bundles into a real SQLite database and its Optuna study.
+
+The measurements are written by hand as a GPU machine would have written them (the device name
+says "simulated device"); they test what ingest records and tells, not any kernel's speed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from rich.console import Console
+from typer.testing import CliRunner
+
+from db.store import Store
+from tsopt.artifact import ArtifactManifest, TensorDesc
+from tsopt.bundle import (
+    RESULTS_NAME,
+    Baseline,
+    BundleEntry,
+    BundleError,
+    BundleResults,
+    read_manifest,
+    read_results,
+    write_bundle,
+    write_results,
+)
+from tsopt.cli import app
+from tsopt.errors import UserInputError
+from tsopt.genome import Genome
+from tsopt.ingest import ingest_bundle, ingest_results
+from tsopt.problem import Problem
+from tsopt.records import Measurement
+
+PROBLEM = Problem.of("copy", "fp16", rows=256, cols=512)
+STUDY = "copy-ingest"
+
+
+def genome(stages: int) -> Genome:
+    return Genome.make("copy", numeric={"stages": stages, "box_cols": 64, "box": (32, 64)})
+
+
+def measured(g: Genome, status: str, median_us: float | None = None) -> Measurement:
+    timed = status == "ok"
+    return Measurement(
+        genome_hash=g.hash, problem_key=PROBLEM.key, status=status,  # type: ignore[arg-type]
+        median_us=median_us, p10_us=median_us, p90_us=median_us, runs=50 if timed else 0,
+        rate_unit="GB/s", rel_err=0.0 if timed else 0.3, baseline_name="torch.copy_",
+        baseline_median_us=21.0, device="simulated device",
+        error=None if timed else "checked run 1 of 2: 12 of 131072 elements differ",
+    )
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> tuple[Path, list[Genome]]:
+    genomes = [genome(s) for s in (2, 3, 4, 5)]
+    entries = []
+    for g in genomes:
+        art = tmp_path / "built" / g.hash
+        art.mkdir(parents=True)
+        (art / "libkernel.so").write_bytes(b"placeholder library, never loaded here")
+        tensors = (TensorDesc("src", "input", (256, 512), "fp16"),
+                   TensorDesc("dst", "output", (256, 512), "fp16"))
+        ArtifactManifest(g.hash, "copy", PROBLEM.to_dict(), "sm_90a", tensors).write(art)
+        entries.append(BundleEntry(g, art, origin="seed" if g is genomes[3] else "suggest"))
+    path = tmp_path / "bundle"
+    manifest = write_bundle(path, study=STUDY, space="copy", problem=PROBLEM, arch="sm_90a",
+                            candidates=entries)
+    results = BundleResults(
+        bundle_id=manifest.bundle_id, run_id=str(uuid.uuid4()), device="simulated device",
+        baselines=[Baseline(PROBLEM.key, "torch.copy_", "simulated device", 21.0, 20.0, 22.0,
+                            50, 12.5, "GB/s")],
+        measurements=[measured(genomes[0], "ok", 25.0), measured(genomes[1], "wrong"),
+                      measured(genomes[2], "ok", 30.0), measured(genomes[3], "ok", 40.0)],
+    )
+    write_results(path, results)
+    return path, genomes
+
+
+def prepared_store(url: str, genomes: list[Genome]) -> tuple[Store, optuna.Study]:
+    """A study whose first three candidates came from Optuna trials 0-2; the fourth is seeded."""
+    store = Store(url)
+    info = store.create_or_get_study(STUDY, "copy", PROBLEM, "sm_90a", "tpe", {})
+    study = optuna.create_study(study_name=info.optuna_study_name, direction="minimize",
+                                storage=store.optuna_storage())
+    for g in genomes[:3]:
+        store.add_candidate(STUDY, g, "suggest", trial_number=study.ask().number)
+    store.add_candidate(STUDY, genomes[3], "seed")
+    study.tell(2, 99.0)  # finished before the results came back: must be left alone
+    return store, study
+
+
+def test_ingest_records_and_tells_the_study_once(
+    tmp_path: Path, bundle: tuple[Path, list[Genome]],
+) -> None:
+    path, genomes = bundle
+    url = f"sqlite:///{tmp_path / 'tsopt.db'}"
+    store, study = prepared_store(url, genomes)
+    manifest = read_manifest(path)
+    results = read_results(path, manifest)
+    assert results is not None
+
+    report = ingest_results(store, manifest, results)
+    assert (report.measurements_new, report.baselines_new, report.candidates_added) == (4, 1, 0)
+    assert (report.trials_completed, report.trials_failed, report.trials_added,
+            report.trials_left) == (1, 1, 1, 1)
+
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    assert trials[0].state == TrialState.COMPLETE and trials[0].value == 25.0
+    assert trials[0].user_attrs["run_id"] == results.run_id
+    assert trials[1].state == TrialState.FAIL
+    assert trials[1].user_attrs["fail_reason"].startswith("wrong: checked run 1 of 2")
+    assert trials[2].value == 99.0  # already finished: untouched
+    added = trials[3]
+    assert added.state == TrialState.COMPLETE and added.value == 40.0
+    assert added.user_attrs["genome_hash"] == genomes[3].hash
+    assert added.user_attrs["stages"] == 5 and added.user_attrs["box"] == [32, 64]
+    by_hash = {c.genome_hash: c for c in store.candidates(STUDY)}
+    assert by_hash[genomes[3].hash].trial_number == 3
+    assert all(len(c.measurements) == 1 and c.measurements[0].run_id == results.run_id
+               for c in by_hash.values())
+    assert [b["median_us"] for b in store.baselines(PROBLEM.key)] == [21.0]
+
+    again = ingest_results(store, manifest, results)
+    assert not again.changed
+    assert (again.measurements_known, again.baselines_known, again.trials_left) == (4, 1, 4)
+    assert len(study.get_trials(deepcopy=False)) == 4
+    assert all(len(c.measurements) == 1 for c in store.candidates(STUDY))
+    store.close()
+
+
+def test_ingest_into_a_database_without_the_study(
+    tmp_path: Path, bundle: tuple[Path, list[Genome]],
+) -> None:
+    path, genomes = bundle
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    out = io.StringIO()
+    assert ingest_bundle(path, url, Console(file=out, width=300)) == 0
+    assert f"study '{STUDY}' was not in this database: created it" in out.getvalue()
+    with Store(url) as store:
+        candidates = store.candidates(STUDY)
+        assert {c.genome_hash for c in candidates} == {g.hash for g in genomes}
+        origins = {c.genome_hash: c.origin for c in candidates}
+        assert origins[genomes[3].hash] == "seed" and origins[genomes[0].hash] == "suggest"
+        info = store.get_study(STUDY)
+        assert info is not None
+        study = optuna.load_study(study_name=info.optuna_study_name,
+                                  storage=store.optuna_storage())
+        states = sorted(t.state.name for t in study.get_trials(deepcopy=False))
+        assert states == ["COMPLETE", "COMPLETE", "COMPLETE", "FAIL"]
+        assert all(c.trial_number is not None for c in candidates)
+        assert [r.genome_hash for r in store.ranked(STUDY)] == [genomes[0].hash,
+                                                                genomes[2].hash,
+                                                                genomes[3].hash]
+
+
+def test_cli_ingest_twice_adds_nothing_the_second_time(
+    tmp_path: Path, bundle: tuple[Path, list[Genome]],
+) -> None:
+    path, _ = bundle
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    first = CliRunner().invoke(app, ["ingest", str(path), "--db", url])
+    assert first.exit_code == 0, first.output
+    assert "recorded 4 new measurements" in first.output
+    second = CliRunner().invoke(app, ["ingest", str(path), "--db", url])
+    assert second.exit_code == 0, second.output
+    assert "nothing new" in " ".join(second.output.split())
+    with Store(url) as store:
+        assert sum(len(c.measurements) for c in store.candidates(STUDY)) == 4
+
+
+def test_unmeasured_corrupted_or_mismatched_results_are_refused(
+    tmp_path: Path, bundle: tuple[Path, list[Genome]],
+) -> None:
+    path, _ = bundle
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    saved = (path / RESULTS_NAME).read_text()
+    (path / RESULTS_NAME).unlink()
+    with pytest.raises(BundleError, match="has not been measured: it has no results.json"):
+        ingest_bundle(path, url, Console(quiet=True))
+
+    (path / RESULTS_NAME).write_text(saved[:100])
+    result = CliRunner().invoke(app, ["ingest", str(path), "--db", url])
+    assert result.exit_code == 2 and "results.json is corrupted" in result.output
+
+    doc = json.loads(saved)
+    doc["bundle_id"] = str(uuid.uuid4())
+    (path / RESULTS_NAME).write_text(json.dumps(doc))
+    with pytest.raises(BundleError, match="mismatched results"):
+        ingest_bundle(path, url, Console(quiet=True))
+
+
+def test_a_study_of_another_problem_is_not_mixed_in(
+    tmp_path: Path, bundle: tuple[Path, list[Genome]],
+) -> None:
+    path, _ = bundle
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    with Store(url) as store:
+        store.create_or_get_study(STUDY, "copy", Problem.of("copy", "fp16", rows=64, cols=64),
+                                  "sm_90a", "tpe", {})
+    with pytest.raises(UserInputError, match="already exists with problem 'copy-fp16-64x64'"):
+        ingest_bundle(path, url, Console(quiet=True))

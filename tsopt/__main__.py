@@ -1,0 +1,3 @@
+from tsopt.cli import main
+
+main()

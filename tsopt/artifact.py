@@ -1,0 +1,114 @@
+"""The artifact contract between the builder (CPU) and the runner (GPU).
+
+A built candidate is a directory::
+
+    kernel.h        the header export_to_c wrote
+    kernel.o        the object export_to_c wrote (embeds the cubin + host launch code)
+    shim.c          the C shim that gives every kernel the same ABI
+    libkernel.so    shim.c + kernel.o + the DSL's CUDA-dialect runtime, linked
+    artifact.json   this manifest
+
+The shared library exports the same two functions for every kernel::
+
+    int tsopt_load(void);                      /* load the module once; 0 or a cudaError_t */
+    int tsopt_launch(void **data, int n, void *stream);
+                                               /* data[i]: device pointer of tensors[i];
+                                                  0, or a cudaError_t, or -1 on a bad n */
+
+The CUDA runtime is linked dynamically (``libcudart.so.12`` or ``.13``): a
+static copy costs 1 MB per candidate, too much to ship hundreds. The runner
+loads ``libcuda.so.1`` and a ``libcudart`` with ``RTLD_GLOBAL`` first.
+
+Standard library only: the GPU runner reads this.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ARTIFACT_ABI = 1
+MANIFEST_NAME = "artifact.json"
+LIBRARY_NAME = "libkernel.so"
+
+
+class ArtifactError(ValueError):
+    """An artifact directory or its manifest is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    name: str
+    role: str  # "input" | "output"
+    shape: tuple[int, ...]
+    dtype: str  # "fp16" | "bf16"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class ArtifactManifest:
+    """``artifact.json``: what the runner needs to call and check a built kernel."""
+
+    genome_hash: str
+    space: str
+    problem: dict[str, Any]
+    arch: str
+    tensors: tuple[TensorDesc, ...]
+    library: str = LIBRARY_NAME
+    load_symbol: str = "tsopt_load"
+    launch_symbol: str = "tsopt_launch"
+    abi: int = ARTIFACT_ABI
+    launch: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["tensors"] = [t.to_dict() for t in self.tensors]
+        return doc
+
+    def write(self, directory: Path) -> Path:
+        path = Path(directory) / MANIFEST_NAME
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True))
+        return path
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str = "artifact.json") -> ArtifactManifest:
+        if not isinstance(doc, dict):
+            raise ArtifactError(f"{where}: not a JSON object")
+        if doc.get("abi") != ARTIFACT_ABI:
+            raise ArtifactError(f"{where}: abi {doc.get('abi')!r} is not {ARTIFACT_ABI}")
+        try:
+            tensors = tuple(
+                TensorDesc(t["name"], t["role"], tuple(int(x) for x in t["shape"]), t["dtype"])
+                for t in doc["tensors"]
+            )
+            return cls(
+                genome_hash=str(doc["genome_hash"]),
+                space=str(doc["space"]),
+                problem=dict(doc["problem"]),
+                arch=str(doc["arch"]),
+                tensors=tensors,
+                library=str(doc.get("library", LIBRARY_NAME)),
+                load_symbol=str(doc.get("load_symbol", "tsopt_load")),
+                launch_symbol=str(doc.get("launch_symbol", "tsopt_launch")),
+                abi=ARTIFACT_ABI,
+                launch=dict(doc.get("launch", {})),
+                versions=dict(doc.get("versions", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
+
+    @classmethod
+    def read(cls, directory: Path) -> ArtifactManifest:
+        path = Path(directory) / MANIFEST_NAME
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ArtifactError(f"{path}: no artifact manifest") from None
+        except json.JSONDecodeError as exc:
+            raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
+        return cls.from_dict(doc, str(path))

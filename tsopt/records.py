@@ -1,0 +1,157 @@
+"""Records that cross a stage, process or machine boundary.
+
+Each is a frozen dataclass with ``to_dict``/``from_dict`` (JSON-safe). They are
+what the roles hand each other: the verifier returns a :class:`Verdict`, the
+builder a :class:`BuildResult`, the runner a :class:`Measurement`.
+
+Standard library only: the GPU runner imports this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+VerdictStage = Literal["dataflow", "ts", "tsopt", "ok"]
+
+
+def _from_dict(cls: type[T], doc: Any) -> T:
+    if not isinstance(doc, dict):
+        raise ValueError(f"{cls.__name__} must be an object, got {type(doc).__name__}")
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = set(doc) - names
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown field(s) {sorted(unknown)}")
+    return cls(**doc)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verifier's judgement of one genome.
+
+    ``valid`` is True only when the TS checks and tsopt's own checks all pass.
+    Otherwise ``stage`` says which gate rejected it (``dataflow``: a value used
+    before it is produced; ``ts``: the TS TaskManager or its BFS checker;
+    ``tsopt``: a hazard TS does not model), ``rule`` is a short stable name
+    (``ts.missing_release``, ``tsopt.async_release`` ...) and ``message`` the
+    full explanation.
+    """
+
+    genome_hash: str
+    valid: bool
+    stage: VerdictStage
+    rule: str | None = None
+    message: str | None = None
+    seconds: float = 0.0
+    domain: int = 0
+    cached: bool = False
+
+    @classmethod
+    def ok(cls, genome_hash: str, seconds: float = 0.0, domain: int = 0) -> Verdict:
+        return cls(genome_hash, True, "ok", None, None, seconds, domain)
+
+    @classmethod
+    def reject(
+        cls, genome_hash: str, stage: VerdictStage, rule: str, message: str,
+        seconds: float = 0.0, domain: int = 0,
+    ) -> Verdict:
+        return cls(genome_hash, False, stage, rule, message, seconds, domain)
+
+    def summary(self) -> str:
+        return "valid" if self.valid else f"rejected [{self.rule}] {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Verdict:
+        return _from_dict(cls, doc)
+
+
+BuildStatus = Literal["ok", "error"]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What the builder made of one valid genome for one problem and arch.
+
+    ``artifact_dir`` holds ``kernel.h``, ``kernel.o``, the linked shared
+    library and ``artifact.json`` (the runner's contract). Resource figures are
+    ``None`` where the toolchain does not report them.
+    """
+
+    genome_hash: str
+    problem_key: str
+    arch: str
+    status: BuildStatus
+    artifact_dir: str | None = None
+    library: str | None = None
+    compile_seconds: float = 0.0
+    export_seconds: float = 0.0
+    link_seconds: float = 0.0
+    registers: int | None = None
+    smem_bytes: int | None = None
+    spill_bytes: int | None = None
+    cache_key: str = ""
+    cache_hit: bool = False
+    error: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> BuildResult:
+        return _from_dict(cls, doc)
+
+
+MeasureStatus = Literal["ok", "wrong", "hang", "crash", "launch_error", "timeout"]
+MEASURE_STATUSES: tuple[str, ...] = ("ok", "wrong", "hang", "crash", "launch_error", "timeout")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One candidate timed on one GPU, with its baseline from the same process.
+
+    Times are microseconds. ``rate`` is GB/s for copies and TFLOP/s for GEMMs
+    (``rate_unit`` says which). ``ratio`` is baseline time / candidate time, so
+    above 1 means faster than the vendor baseline. Only ``status == "ok"``
+    rows carry timings that may be ranked.
+    """
+
+    genome_hash: str
+    problem_key: str
+    status: MeasureStatus
+    median_us: float | None = None
+    p10_us: float | None = None
+    p90_us: float | None = None
+    runs: int = 0
+    rate: float | None = None
+    rate_unit: str = ""
+    rel_err: float | None = None
+    baseline_name: str = ""
+    baseline_median_us: float | None = None
+    baseline_rate: float | None = None
+    ratio: float | None = None
+    device: str = ""
+    driver: str = ""
+    cuda: str = ""
+    torch: str = ""
+    error: str | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Measurement:
+        measurement = _from_dict(cls, doc)
+        if measurement.status not in MEASURE_STATUSES:
+            raise ValueError(f"unknown measurement status {measurement.status!r}")
+        return measurement
