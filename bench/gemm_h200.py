@@ -97,7 +97,66 @@ def _first() -> list[Entry]:
     return entries
 
 
-PLANS = {"first": _first}
+def _sweep() -> list[Entry]:
+    """Persistent candidates around the best of the first run, and the knob values, placements
+    and suite shapes the first run did not check."""
+    fast = {"persistent": True, "swizzle": 8, "producer_regs": 24, "consumer_regs": 240}
+    entries: list[Entry] = []
+    for mma_name, mma in (("D1", {}), ("D0", {"mma": (BODY_MMA, 0, "none", 0, "none")})):
+        for load_name, load in (("P0", {}), ("P1", P1)):
+            for cl in ("1x1", "2x1"):
+                for tile_name, tile in (("128x256", {}), ("256x128", {"tile_m": 256,
+                                                                      "tile_n": 128})):
+                    label = f"fast {tile_name} {cl} {mma_name} {load_name}"
+                    entries.append((label, BIG, "bf16",
+                                    {**fast, **mma, **load, **tile, "cluster": cl}))
+    entries += [
+        ("fast 128x256 1x2 D1 P1", BIG, "bf16", {**fast, **P1, "cluster": "1x2"}),
+        ("fast swizzle4 raster-n", BIG, "bf16", {**fast, "swizzle": 4, "raster": "n"}),
+        ("fast 128x256 s4 regs 40/232", BIG, "bf16", {**fast, "producer_regs": 40,
+                                                      "consumer_regs": 232}),
+    ]
+    ragged = SUITE["ragged 3000x2008x1000"]
+    entries += [
+        ("mma wait-before-issue D2 p1", ragged, "bf16",
+         {"mma": (("try_wait", "wait", "read_stage", "wgmma_wait", "wgmma", "release"),
+                  2, "release", 1, "tail")}),
+        ("mma release-before-issue D1 p0", ragged, "bf16",
+         {"mma": (("try_wait", "wait", "release", "read_stage", "wgmma", "wgmma_wait"),
+                  1, "release", 0, "tail")}),
+        ("mma release-then-wait D2 p1", ragged, "bf16",
+         {"mma": (("try_wait", "wait", "read_stage", "wgmma", "release", "wgmma_wait"),
+                  2, "release", 1, "tail")}),
+        ("mma release-first no-aow D1", ragged, "bf16",
+         {"advance_on_wait": False,
+          "mma": (("release", "try_wait", "wait", "read_stage", "wgmma", "wgmma_wait"),
+                  1, "release", 0, "tail")}),
+        ("load coords-after-acquire P1", ragged, "bf16",
+         {"load": (("try_acquire", "acquire", "coords", "tma_load", "commit"), 1, "none")}),
+        ("persistent swizzle2 raster-n", ragged, "bf16",
+         {"persistent": True, "swizzle": 2, "raster": "n"}),
+        ("2c 128x64 s8", ragged, "bf16", {"tile_n": 64, "stages": 8}),
+        ("1c 64x64 s7 regs 56/160", ragged, "fp16",
+         {"consumers": 1, "tile_m": 64, "tile_n": 64, "stages": 7, "producer_regs": 56,
+          "consumer_regs": 160}),
+        ("2c 128x128 regs 56/200", ragged, "bf16",
+         {"tile_n": 128, "producer_regs": 56, "consumer_regs": 200}),
+        ("1c 128x192 tk128 s3", ragged, "bf16",
+         {"consumers": 1, "tile_n": 192, "tile_k": 128, "stages": 3, "consumer_regs": 240,
+          "producer_regs": 24}),
+        ("persistent 1x2 fp16 D2 P2", SUITE["4096^3"], "fp16",
+         {"persistent": True, "cluster": "1x2", **D2, **P2}),
+        ("small-M 1c 64x128 persistent", SUITE["128x8192x8192"], "bf16",
+         {"consumers": 1, "tile_m": 64, "tile_n": 128, "persistent": True, "stages": 8}),
+    ]
+    best = {**fast, **P1, "cluster": "2x1"}
+    for name, shape in SUITE.items():
+        if shape != BIG:
+            entries.append((f"{name} fast 2x1 P1", shape, "bf16", best))
+    return entries
+
+
+PLANS = {"first": _first, "sweep": _sweep}
 
 
 # --------------------------------------------------------------------------------------

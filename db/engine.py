@@ -13,6 +13,8 @@ write lock up front instead of failing with SQLITE_BUSY when it upgrades.
 from __future__ import annotations
 
 import importlib.util
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,26 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(url.database).expanduser()
 
 
+def _enable_wal(cursor: Any) -> None:
+    """Switch the file to WAL (a lasting property of the file) unless it already is.
+
+    SQLite does not call the busy handler while another process creates the
+    database file and switches it to WAL at the same moment: it answers
+    "database is locked" at once. So the switch is retried until the busy
+    timeout has passed.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def _configure_sqlite(engine: Engine, memory: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -73,7 +95,7 @@ def _configure_sqlite(engine: Engine, memory: bool) -> None:
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         if not memory:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(cursor)
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 

@@ -24,6 +24,7 @@ multiplication relies on the assumptions.
 
 import dataclasses
 import itertools
+import math
 import random
 import time
 from collections import Counter
@@ -34,8 +35,7 @@ from tsopt.genome import Genome
 from tsopt.problem import Problem
 
 JOINT_RULES = ("ts.deadlock", "ts.race")
-LAYOUT_GENES = ("store_warps", "store_warp", "load_warp", "load_regs", "store_regs")
-OTHER_GENES = ("box_rows", "box_cols", "chunk")
+OTHER_GENES = ("box_rows", "box_cols", "chunk", "vector", "raster")
 
 
 def _ts_ok(verdict: Any) -> bool:
@@ -45,6 +45,7 @@ def _ts_ok(verdict: Any) -> bool:
 def copy_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progress | None,
                 sample: int = 200) -> Funnel:
     from search_spaces.copy_tma import (
+        LAYOUT_GENES,
         LOAD_OPS,
         STORE_OPS,
         STRUCTURE_CHOICES,
@@ -56,13 +57,14 @@ def copy_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
     start = time.perf_counter()
     space.check_problem(problem)
     knobs = {k.name: k.choices for k in space.raw_knobs(problem)}
+    knobs["raster"] = STRUCTURE_CHOICES["raster"]
     canon = {"load": (LOAD_OPS, 0, "none"), "store": (STORE_OPS, 0, "none")}
     legal = {t: space.legal_placements(t) for t in ("load", "store")}
     n_other = {False: 0, True: 0}  # O combinations per persistence (ctas_per_sm 0 vs > 0)
     ctas = knobs["ctas_per_sm"]
     for persistent in (False, True):
         n_ctas = sum(1 for c in ctas if (c > 0) == persistent)
-        n_other[persistent] = n_ctas * len(knobs["box_rows"]) * len(knobs["box_cols"]) * len(knobs["chunk"])
+        n_other[persistent] = n_ctas * math.prod(len(knobs[g]) for g in OTHER_GENES)
     layouts = list(itertools.product(*(knobs[g] for g in LAYOUT_GENES)))
     n_layouts = len(layouts)
     stages_choices = knobs["stages"]
@@ -139,13 +141,13 @@ def copy_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
     for stages, persistent in itertools.product(stages_choices, (False, True)):
         tick("tsopt checks", 0, 0)
         for genes in layout_ok:
-            for box_rows, box_cols, chunk in itertools.product(*(knobs[g] for g in OTHER_GENES)):
+            for values in itertools.product(*(knobs[g] for g in OTHER_GENES)):
+                other = dict(zip(OTHER_GENES, values, strict=True))
                 for c in (c for c in ctas if (c > 0) == persistent):
-                    cfg = dataclasses.replace(base, **genes, persistent=persistent, stages=stages,
-                                              box_rows=box_rows, box_cols=box_cols, chunk=chunk,
-                                              ctas_per_sm=c)
+                    cfg = dataclasses.replace(base, **genes, **other, persistent=persistent,
+                                              stages=stages, ctas_per_sm=c)
                     if not copy_checks(cfg):
-                        passing[(stages, persistent, chunk)] += 1
+                        passing[(stages, persistent, other["chunk"])] += 1
     checked = 0
     for (load_depth, store_depth, persistent, stages), count in groups.items():
         for chunk in knobs["chunk"]:

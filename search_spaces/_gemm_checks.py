@@ -16,12 +16,19 @@ a concrete K domain and tracks, per op:
   must read K slice i, or the GEMM sums a slice twice and skips another);
 - ``wgmma_wait<N>``: all batches but the newest N are retired;
 - ``release``: the released stage must have no batch still in flight;
-- the epilogue: the accumulator may only be read once every batch is retired.
+- the epilogue: the accumulator may only be read once every batch is retired;
+- ``try_wait``: the stage it probes. Its result is kept and handed to the
+  next ``wait``, which skips waiting when it is true; probing one stage and
+  then waiting on another (a release in between without ``advance_on_wait``,
+  or a wait with no probe of its own) can skip the wait on a stage whose TMA
+  has not landed. The producer's ``try_acquire``/``acquire`` pair is replayed
+  the same way (:func:`producer_findings`).
 
 Stage numbers are logical (K slice indices), so ring-buffer reuse does not hide
 a wrong stage. Rules: ``tsopt.async_release`` (a stage released, or read,
 while a wgmma reading it is in flight or after it was released),
-``tsopt.stage_identity`` (a wgmma reading another K slice's stage),
+``tsopt.stage_identity`` (a wgmma reading another K slice's stage, or a
+wait or acquire consuming a probe of another stage),
 ``tsopt.async_acc_read`` (the epilogue reading an accumulator still being
 written). Everything else here is resource feasibility TS does not judge.
 """
@@ -102,6 +109,7 @@ def async_consumer_findings(cfg: GemmConfig, k_tiles: int) -> list[Finding]:
     token: int | None = None
     inflight: list[tuple[int, int]] = []  # (batch, stage read), oldest first
     batches = 0
+    probed: int | None = None  # the stage the kept try_wait result is about
     findings: dict[str, Finding] = {}
 
     def find(rule: str, message: str) -> None:
@@ -109,8 +117,14 @@ def async_consumer_findings(cfg: GemmConfig, k_tiles: int) -> list[Finding]:
 
     for i, op in enumerate(consumer_trace(cfg, k_tiles)):
         where = f"op #{i} ({op})"
-        if op == "wait":
+        if op == "try_wait":
+            probed = waits if aow else released
+        elif op == "wait":
             stage = waits if aow else released
+            if probed is not None and probed != stage:
+                find("tsopt.stage_identity",
+                     f"{where}: waits on the stage of K slice {stage} with the try_wait result "
+                     f"of slice {probed}: a true result skips the wait before the TMA landed")
             if aow:
                 waits += 1
             if stage not in held:
@@ -158,9 +172,36 @@ def async_consumer_findings(cfg: GemmConfig, k_tiles: int) -> list[Finding]:
     return list(findings.values())
 
 
+def producer_findings(cfg: GemmConfig, k_tiles: int) -> list[Finding]:
+    """The producer's kept ``try_acquire`` result must be about the stage ``acquire`` takes.
+
+    Without ``advance_on_acquire`` (TMA pipelines have none) the producer's one
+    cursor advances at ``commit``; a true probe of another stage lets
+    ``acquire`` skip waiting for the consumers to release the one it refills.
+    """
+    head = list(cfg.section(cfg.load_ops, "head"))
+    loop = list(cfg.section(cfg.load_ops, "loop"))
+    trace = head + loop * max(0, k_tiles - cfg.prefetch) + list(cfg.section(cfg.load_ops, "tail"))
+    cursor, probed = 0, None
+    for i, op in enumerate(trace):
+        if op == "try_acquire":
+            probed = cursor
+        elif op == "acquire" and probed is not None and probed != cursor:
+            return [Finding(
+                "tsopt.stage_identity",
+                f"producer op #{i} (acquire): takes the stage of K slice {cursor} with the "
+                f"try_acquire result of slice {probed}: a true result skips waiting for its "
+                "release",
+            )]
+        elif op == "commit":
+            cursor += 1
+    return []
+
+
 def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
     """All of tsopt's own checks for one configuration; empty when it may be built."""
-    findings = async_consumer_findings(cfg, k_tiles if k_tiles is not None else cfg.k_tiles)
+    k = k_tiles if k_tiles is not None else cfg.k_tiles
+    findings = async_consumer_findings(cfg, k) + producer_findings(cfg, k)
     if any(op == "commit" for op, sec in cfg.load_ops if sec == "tail"):
         findings.append(Finding(
             "tsopt.stage_identity",

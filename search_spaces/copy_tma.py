@@ -40,9 +40,12 @@ explicit placement; :func:`placement_of` renders knob values into it and
 # Constexpr) at trace time and must get objects, not strings.
 
 import itertools
+import json
 import math
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from search_spaces.base import Enumeration, Finding, KernelSpec, Knob, SearchSpace, TensorArg
@@ -128,6 +131,8 @@ class CopyConfig:
     store_regs: int
     chunk: int
     ctas_per_sm: int
+    vector: int = 8
+    raster: str = "row"
     sm_count: int = 132
     # Deliberate faults for tests and the isolation demo only (genes named
     # ``planted.*``); the enumerator and samplers never produce them.
@@ -147,7 +152,12 @@ class CopyConfig:
 
     @property
     def vec(self) -> int:
-        return VECTOR_BYTES // self.elem_bytes
+        """Elements per SMEM read / GMEM store of one thread."""
+        return self.vector
+
+    @property
+    def access_bytes(self) -> int:
+        return self.vector * self.elem_bytes
 
     @property
     def store_threads(self) -> int:
@@ -162,8 +172,18 @@ class CopyConfig:
         return self.cols // self.box_cols
 
     @property
+    def tiles_r(self) -> int:
+        return self.rows // self.box_rows
+
+    @property
     def tiles(self) -> int:
-        return (self.rows // self.box_rows) * self.tiles_c
+        return self.tiles_r * self.tiles_c
+
+    def box_origin(self, t: Any) -> tuple[Any, Any]:
+        """(row, col) of box ``t``: boxes run along rows (``row``) or down columns (``col``)."""
+        if self.raster == "col":
+            return (t % self.tiles_r) * self.box_rows, (t // self.tiles_r) * self.box_cols
+        return (t // self.tiles_c) * self.box_rows, (t % self.tiles_c) * self.box_cols
 
     @property
     def work_tiles(self) -> int:
@@ -235,6 +255,8 @@ class CopyConfig:
             store_regs=num("store_regs"),
             chunk=num("chunk"),
             ctas_per_sm=num("ctas_per_sm"),
+            vector=num("vector"),
+            raster=str(genome["raster"]),
             sm_count=SM_COUNT.get(arch, 132),
             planted=tuple(
                 (k.removeprefix("planted."), v) for k, v in genome.genes.items()
@@ -318,8 +340,7 @@ def _resource_classes() -> dict[str, Any]:
         def coords(self, stage_info: Any, *, it: cutlass.Constexpr[int] = -1) -> Any:
             # Head copies run with loop_offset 0; they pass their own iteration.
             i = stage_info.loop_offset if cutlass.const_expr(it < 0) else it
-            t = _tile_of(self.cfg, stage_info, i)
-            return (t // self.cfg.tiles_c) * self.cfg.box_rows, (t % self.cfg.tiles_c) * self.cfg.box_cols
+            return self.cfg.box_origin(_tile_of(self.cfg, stage_info, i))
 
     @dc
     class SmemTiles(m.MemoryResource):
@@ -393,7 +414,7 @@ def _resource_classes() -> dict[str, Any]:
             base = base + cfg.fault("smem_read_offset", 0)
             for v in cutlass.range_constexpr(cfg.vectors_per_thread):
                 e = (v * cfg.store_threads + tid) * cfg.vec
-                vec = self.buf.load(base + e, vector_size=cfg.vec, alignment=VECTOR_BYTES)
+                vec = self.buf.load(base + e, vector_size=cfg.vec, alignment=cfg.access_bytes)
                 elems = elems + cutlass.Vector(vec, dtype=dt).to_elements()
             return cutlass.Vector.from_elements(elems, dt)
 
@@ -414,9 +435,7 @@ def _resource_classes() -> dict[str, Any]:
         def store(self, stage_info: Any, *, frag: Any, it: cutlass.Constexpr[int] = -1) -> None:
             cfg = self.cfg
             i = stage_info.loop_offset if cutlass.const_expr(it < 0) else it
-            t = _tile_of(cfg, stage_info, i)
-            r0 = (t // cfg.tiles_c) * cfg.box_rows
-            c0 = (t % cfg.tiles_c) * cfg.box_cols
+            r0, c0 = cfg.box_origin(_tile_of(cfg, stage_info, i))
             tx, _, _ = cute.arch.thread_idx()
             tid = tx % cfg.store_threads
             ptr = self.dst.iterator.raw_ptr()
@@ -426,7 +445,7 @@ def _resource_classes() -> dict[str, Any]:
                 r = r0 + e // cfg.box_cols
                 c = c0 + e % cfg.box_cols
                 (ptr + cutlass.Int64(r) * cfg.cols + cutlass.Int64(c)).store(
-                    frag[v * cfg.vec : (v + 1) * cfg.vec], alignment=VECTOR_BYTES
+                    frag[v * cfg.vec : (v + 1) * cfg.vec], alignment=cfg.access_bytes
                 )
 
     _RESOURCE_CLASSES.update(TileCoords=TileCoords, SmemTiles=SmemTiles, GmemOut=GmemOut)
@@ -598,9 +617,9 @@ def build_task_manager(
         resource_dependency_graph=dependencies,
         smem_allocator=allocator,
         verbose=False,
-        # A planted fault may be built on purpose (the isolation demo): TS then
-        # warns instead of raising.
-        skip_validation=bool(cfg.fault("skip_validation", False)),
+        # A planted fault may be *built* on purpose (the isolation demo): TS then warns
+        # instead of raising. Host verification is always strict.
+        skip_validation=on_device and bool(cfg.fault("skip_validation", False)),
         # On the device path the schedule was already verified on the host with a
         # concrete domain; the trace-time BFS would only repeat it at compile cost.
         exhaustive_deadlock_race_check=not on_device,
@@ -637,8 +656,10 @@ def make_kernel(cfg: CopyConfig) -> Any:
             src, box_dims=(cfg.box_rows, cfg.box_cols), swizzle=cuda.TensorMapSwizzle.none
         )
         params = utils.PersistentTileSchedulerParams((cfg.work_tiles, 1, 1), (1, 1, 1))
+        # The static persistent scheduler strides its tile stream over blockIdx.z.
+        grid = (1, 1, cfg.grid) if cfg.persistent else (cfg.grid, 1, 1)
         copy_kernel(tma_desc, dst, params).launch(
-            grid=(cfg.grid, 1, 1), block=(32 * cfg.block_warps, 1, 1), stream=stream
+            grid=grid, block=(32 * cfg.block_warps, 1, 1), stream=stream
         )
 
     return copy_host
@@ -653,19 +674,21 @@ DEFERRABLE = {task: ("none", *SYNC_OPS[task]) for task in TASK_OPS}
 
 NUMERIC_CHOICES: dict[str, tuple[int, ...]] = {
     "stages": (1, 2, 3, 4, 6, 8),
-    "box_rows": (8, 16, 32, 64, 128),
+    "box_rows": (1, 8, 16, 32, 64, 128),
     "box_cols": (64, 128, 256),
     "store_warps": (1, 2, 4, 8),
     "store_warp": (0, 4),
     "load_warp": (0, 4, 8),
     "load_regs": (24, 40),
     "store_regs": (64, 128, 168, 232),
-    "chunk": (1, 2, 4, 8, 16),
+    "chunk": (1, 2, 4, 8, 16, 32),
     "ctas_per_sm": (0, 1, 2, 4),
+    "vector": (1, 2, 4, 8),
 }
-STRUCTURE_CHOICES: dict[str, tuple[bool, ...]] = {
+STRUCTURE_CHOICES: dict[str, tuple[Any, ...]] = {
     "advance_on_wait": (False, True),
     "persistent": (False, True),
+    "raster": ("row", "col"),
 }
 PLANTED_FAULTS = {
     "skip_validation": "build even if TS rejects the schedule (TS warns instead of raising)",
@@ -692,6 +715,8 @@ KNOB_DOCS = {
     "store_regs": "register budget of the store warps' groups (setmaxnreg)",
     "chunk": "boxes per work tile (domain-loop iterations per tile)",
     "ctas_per_sm": "persistent CTAs per SM (0: not persistent)",
+    "vector": "elements per SMEM read and GMEM store of one thread (8 = 16 bytes at fp16)",
+    "raster": "boxes of a work tile run along rows (row) or down a column strip (col)",
 }
 
 
@@ -711,6 +736,51 @@ def parse_placement_name(name: str) -> tuple[tuple[str, ...], int, str]:
 
 
 _SCREENED: dict[str, list[tuple[tuple[str, ...], int, str]]] = {}
+
+
+def _screen_cache_path(what: str) -> Path:
+    """Screening verdicts depend only on this template's source and the DSL version."""
+    import hashlib
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(Path(__file__).read_bytes() + version("nvidia-cutlass-dsl").encode())
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tsopt"
+    return root / f"copy-screen-{what}-{digest.hexdigest()[:16]}.json"
+
+
+def _screen_cache_read(what: str) -> Any:
+    try:
+        return json.loads(_screen_cache_path(what).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _screen_cache_write(what: str, value: Any) -> None:
+    path = _screen_cache_path(what)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(value))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache only costs a re-screen next time
+_SCREENED_LAYOUTS: dict[str, list[dict[str, int]]] = {}
+LAYOUT_GENES = ("store_warps", "store_warp", "load_warp", "load_regs", "store_regs")
+
+
+def layout_name(genes: dict[str, int]) -> str:
+    """``4@0,load4,40/168``: store warps @ first store warp, load warp, load/store registers."""
+    return (f"{genes['store_warps']}@{genes['store_warp']},load{genes['load_warp']},"
+            f"{genes['load_regs']}/{genes['store_regs']}")
+
+
+def parse_layout_name(name: str) -> dict[str, int]:
+    store, load, regs = name.split(",")
+    store_warps, store_warp = store.split("@")
+    load_regs, store_regs = regs.split("/")
+    return {"store_warps": int(store_warps), "store_warp": int(store_warp),
+            "load_warp": int(load.removeprefix("load")), "load_regs": int(load_regs),
+            "store_regs": int(store_regs)}
 
 
 def _ts_key_genes() -> tuple[str, ...]:
@@ -764,8 +834,11 @@ class CopySpace(SearchSpace):
             knobs.append(Knob(f"{task}.placement", "structural", choices,
                               f"{task} task placement: body | head depth | deferred op "
                               f"({KNOB_DOCS[task + '.depth']}; {KNOB_DOCS[task + '.defer']})"))
+        knobs.append(Knob("layout", "numeric", tuple(layout_name(g) for g in self.screened_layouts()),
+                          "warps and register budgets: store_warps@store_warp, load_warp, "
+                          "load_regs/store_regs (layouts TS accepts)"))
         for knob in self.raw_knobs(problem):
-            if knob.name.split(".")[0] in ("load", "store"):
+            if knob.name.split(".")[0] in ("load", "store") or knob.name in LAYOUT_GENES:
                 continue
             if knob.name == "ctas_per_sm":
                 knob = Knob(knob.name, knob.kind, tuple(c for c in knob.choices if c > 0),
@@ -773,10 +846,39 @@ class CopySpace(SearchSpace):
             knobs.append(knob)
         return tuple(knobs)
 
+    def screened_layouts(self) -> list[dict[str, int]]:
+        """Warp/register layouts that pass TS and tsopt's checks with the canonical schedule."""
+        if "layout" not in _SCREENED_LAYOUTS:
+            cached = _screen_cache_read("layouts")
+            if cached is not None:
+                _SCREENED_LAYOUTS["layout"] = cached
+                return cached
+            from tsopt.verifier import run_ts_checks
+
+            problem = Problem.of("copy", "fp16", rows=4096, cols=4096)
+            keep = []
+            for values in itertools.product(*(NUMERIC_CHOICES[g] for g in LAYOUT_GENES)):
+                genes = dict(zip(LAYOUT_GENES, values, strict=True))
+                genome = self.genome(**genes)
+                # Only the layout's own rules: box-dependent ones (registers per box,
+                # vectors per thread) are judged per candidate by the verifier.
+                if run_ts_checks(self, genome, problem, self.verify_domain(genome)).valid and not [
+                    f for f in copy_checks(CopyConfig.from_genome(genome, problem))
+                    if f.rule in ("tsopt.warp_overlap", "tsopt.launch_shape")
+                ]:
+                    keep.append(genes)
+            _SCREENED_LAYOUTS["layout"] = keep
+            _screen_cache_write("layouts", keep)
+        return _SCREENED_LAYOUTS["layout"]
+
     def screened_placements(self, task: str) -> list[tuple[tuple[str, ...], int, str]]:
         """Dataflow-legal placements of ``task`` that pass TS and tsopt's checks next to the
         canonical partner for some advance_on_wait setting (the verifier decides; cached)."""
         if task not in _SCREENED:
+            cached = _screen_cache_read(f"placements-{task}")
+            if cached is not None:
+                _SCREENED[task] = [(tuple(b), int(d), str(x)) for b, d, x in cached]
+                return _SCREENED[task]
             from tsopt.verifier import VerdictCache, verify_genome
 
             problem = Problem.of("copy", "fp16", rows=4096, cols=4096)
@@ -789,6 +891,7 @@ class CopySpace(SearchSpace):
                         keep.append(placement)
                         break
             _SCREENED[task] = keep
+            _screen_cache_write(f"placements-{task}", keep)
         return _SCREENED[task]
 
     def genome(
@@ -798,10 +901,11 @@ class CopySpace(SearchSpace):
         **genes: Any,
     ) -> Genome:
         """A genome from knob values: ``load``/``store`` are (body, depth, defer)."""
-        structure = {"advance_on_wait": False, "persistent": False}
+        structure = {"advance_on_wait": False, "persistent": False, "raster": "row"}
         numeric = {
             "stages": 4, "box_rows": 32, "box_cols": 128, "store_warps": 4, "store_warp": 0,
             "load_warp": 4, "load_regs": 40, "store_regs": 168, "chunk": 8, "ctas_per_sm": 0,
+            "vector": 8,
         }
         for name, value in genes.items():
             if name in structure:
@@ -818,13 +922,15 @@ class CopySpace(SearchSpace):
         )
 
     def seed_genome(self, problem: Problem) -> Genome:
-        """The TS tutorial's schedule (its 1 stage, 128-wide one-row boxes, 4 store warps),
-        with the tile and grid mapped onto this template (one row box per iteration)."""
-        rows = problem["rows"]
-        chunk = max(c for c in NUMERIC_CHOICES["chunk"] if (rows // 8) % c == 0 or c == 1)
+        """The TS tutorial's kernel 02 as written: one stage; each CTA owns a 128-column
+        strip and walks down it one 1x128 row box per iteration (``raster=col``,
+        ``chunk=rows``); 4 store warps, one element per thread; load warp 4 + 3 padding
+        warps at 40 registers (the tutorial gives its store warps 160, this space 168)."""
+        box_cols = 128 if problem["cols"] % 128 == 0 else 64
         return self.genome(
-            stages=1, box_rows=8, box_cols=128 if problem["cols"] % 128 == 0 else 64,
-            store_warps=4, store_warp=0, load_warp=4, load_regs=40, store_regs=168, chunk=chunk,
+            stages=1, box_rows=1, box_cols=box_cols, store_warps=4, store_warp=0, load_warp=4,
+            load_regs=40, store_regs=168, chunk=problem["rows"], vector=box_cols // 128 or 1,
+            raster="col",
         )
 
     # -- search ----------------------------------------------------------------------
@@ -845,16 +951,18 @@ class CopySpace(SearchSpace):
         """
         knobs = [k for k in self.raw_knobs(problem) if k.kind == "numeric"]
         names = [k.name for k in knobs]
-        for aow in STRUCTURE_CHOICES["advance_on_wait"]:
+        flags = STRUCTURE_CHOICES["advance_on_wait"], STRUCTURE_CHOICES["raster"]
+        for aow, raster in itertools.product(*flags):
             for values in itertools.product(*(k.choices for k in knobs)):
                 genes = dict(zip(names, values, strict=True))
-                genes["advance_on_wait"] = aow
-                genes["persistent"] = genes["ctas_per_sm"] > 0
+                genes.update(advance_on_wait=aow, raster=raster, persistent=genes["ctas_per_sm"] > 0)
                 yield genes
 
     def numeric_count(self, problem: Problem) -> int:
+        """Consistent flag x numeric assignments (``persistent`` follows ``ctas_per_sm``)."""
         knobs = {k.name: len(k.choices) for k in self.raw_knobs(problem) if k.kind == "numeric"}
-        return len(STRUCTURE_CHOICES["advance_on_wait"]) * math.prod(knobs.values())
+        flags = len(STRUCTURE_CHOICES["advance_on_wait"]) * len(STRUCTURE_CHOICES["raster"])
+        return flags * math.prod(knobs.values())
 
     def enumerate(self, problem: Problem) -> Enumeration:
         """Placements x structural flags x numeric genes.
@@ -903,6 +1011,7 @@ class CopySpace(SearchSpace):
         )
         load = parse_placement_name(str(genes.pop("load.placement")))
         store = parse_placement_name(str(genes.pop("store.placement")))
+        genes.update(parse_layout_name(str(genes.pop("layout"))))
         return self.genome(load, store, **genes)
 
     def params_of(self, genome: Genome) -> dict[str, Any]:
@@ -912,10 +1021,11 @@ class CopySpace(SearchSpace):
             if placement is None:
                 raise ValueError(f"{task} placement of {genome.short_hash} is not a sampler placement")
             params[f"{task}.placement"] = placement_name(placement)
+        params["layout"] = layout_name({g: int(genome[g]) for g in LAYOUT_GENES})
         for name, value in genome.genes.items():
             if name == "ctas_per_sm" and not genome["persistent"]:
                 continue
-            if not name.startswith("planted."):
+            if not name.startswith("planted.") and name not in LAYOUT_GENES:
                 params[name] = value
         return params
 
@@ -980,7 +1090,8 @@ class CopySpace(SearchSpace):
                 TensorArg("src", "input", shape, cfg.dtype),
                 TensorArg("dst", "output", shape, cfg.dtype),
             ),
-            launch={"grid": [cfg.grid, 1, 1], "block": [32 * cfg.block_warps, 1, 1],
+            launch={"grid": [1, 1, cfg.grid] if cfg.persistent else [cfg.grid, 1, 1],
+                    "block": [32 * cfg.block_warps, 1, 1],
                     "smem_bytes": cfg.smem_bytes},
         )
 

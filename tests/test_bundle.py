@@ -1,14 +1,16 @@
 """Bundles: writing, reading and validating manifests and results; measure_bundle's bookkeeping.
 
 Artifacts here hold a placeholder library (the format never loads it). The bookkeeping tests of
-``measure_bundle`` (resume, skip, limit, atomic writes) replace the two GPU calls with a
-*simulated device* (``simulated_probe`` / ``simulated_measure``): this machine has no GPU, and
-what is under test is which candidates get measured and what lands in results.json; no figure
-from it is reported anywhere.
+``measure_bundle`` (resume, skip, limit, atomic writes) replace the measurer (the GPU side) with a
+*simulated device* (``SimulatedDevice``): this machine has no GPU, and what is under test is
+which candidates get measured and what lands in results.json; no figure from it is reported
+anywhere. The end-to-end test at the bottom runs real measuring worker processes on the
+simulated device of tests/test_watchdog.py.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tests.test_watchdog import use_simulated_runner
 from tsopt.artifact import ArtifactManifest, TensorDesc
 from tsopt.bundle import (
     MANIFEST_NAME,
@@ -37,7 +40,7 @@ from tsopt.genome import Genome
 from tsopt.problem import Problem
 from tsopt.records import Measurement
 from workers import bundle_measure
-from workers.watchdog import Probe
+from workers.watchdog import Measurer, Probe
 
 PROBLEM = Problem.of("copy", "fp16", rows=256, cols=512)
 
@@ -239,32 +242,45 @@ def test_bad_results_name_the_problem(tmp_path: Path, change: Any, message: str)
 
 
 # -- measure_bundle bookkeeping, on a simulated device --------------------------------------
-class SimulatedDevice:
-    """Stands in for the GPU calls of measure_bundle; every figure it returns is made up."""
+class SimulatedDevice(Measurer):
+    """Stands in for the GPU side of measure_bundle; every figure it returns is made up."""
+
+    isolation = "simulated"
 
     def __init__(self, statuses: dict[str, str] | None = None, stop_after: int | None = None):
+        super().__init__()
         self.statuses = statuses or {}
         self.stop_after = stop_after
         self.measured: list[str] = []
-        self.probes = 0
+        self.probe_count = 0
+        self.opened: list[dict[str, Any]] = []
 
-    def probe(self, problem: Problem, runs: int, warmup: int, gpu: int | None) -> Probe:
-        self.probes += 1
-        base = Baseline(problem.key, "torch.copy_", "simulated device", 21.0, 20.0, 23.0, runs,
-                        rate=100.0, rate_unit="GB/s")
-        return Probe(base, {"device": "simulated device", "driver": "none", "cuda": "none",
-                            "torch": "none"})
+    def open(self, isolation: str, runs: int, warmup: int, checks: int, gpu: int | None,
+             **options: Any) -> SimulatedDevice:
+        """Replaces watchdog.open_measurer: the same device, whatever the options."""
+        self.opened.append({"isolation": isolation, "runs": runs, **options})
+        self.runs, self.warmup, self.checks = runs, warmup, checks
+        return self
 
-    def measure(self, artifact_dir: Path, genome_hash: str, problem_key: str,
-                baseline_us: float, runs: int, warmup: int, checks: int,
-                gpu: int | None) -> Measurement:
+    def probe(self, problem: Problem) -> Probe:
+        if problem.key not in self.probes:
+            self.probe_count += 1
+            base = Baseline(problem.key, "torch.copy_", "simulated device", 21.0, 20.0, 23.0,
+                            self.runs, rate=100.0, rate_unit="GB/s")
+            self._record_baseline(problem.key, Probe(base, {
+                "device": "simulated device", "driver": "none", "cuda": "none", "torch": "none"}))
+        return self.probes[problem.key]
+
+    def _measure(self, artifact_dir: Path, genome_hash: str, problem: Problem) -> Measurement:
         if self.stop_after is not None and len(self.measured) >= self.stop_after:
             raise KeyboardInterrupt  # the operator stops the run part-way
         assert (artifact_dir / "artifact.json").is_file()
+        self.probe(problem)
         self.measured.append(genome_hash)
         status = self.statuses.get(genome_hash, "ok")
         timed = status == "ok"
-        return Measurement(genome_hash, problem_key, status,  # type: ignore[arg-type]
+        runs = self.runs
+        return Measurement(genome_hash, problem.key, status,  # type: ignore[arg-type]
                            median_us=25.0 if timed else None, runs=runs if timed else 0,
                            rate=90.0 if timed else None, rate_unit="GB/s",
                            p10_us=24.0 if timed else None, p90_us=26.0 if timed else None,
@@ -276,8 +292,7 @@ class SimulatedDevice:
 @pytest.fixture
 def device(monkeypatch: pytest.MonkeyPatch) -> SimulatedDevice:
     sim = SimulatedDevice()
-    monkeypatch.setattr(bundle_measure, "probe_baseline", sim.probe)
-    monkeypatch.setattr(bundle_measure, "measure_candidate", sim.measure)
+    monkeypatch.setattr(bundle_measure, "open_measurer", sim.open)
     return sim
 
 
@@ -304,11 +319,14 @@ def test_measure_bundle_records_every_status_and_resumes(
     assert [m.genome_hash for m in done.measurements] == [g.hash for g in genomes]
     assert [m.status for m in done.measurements] == ["ok", "hang", "crash", "ok"]
     assert device.measured == [g.hash for g in genomes]  # nobody measured twice
-    assert len(done.baselines) == 2 and done.settings == {"runs": 50, "warmup": 10, "checks": 2}
+    assert len(done.baselines) == 2
+    assert done.settings == {"runs": 50, "warmup": 10, "checks": 2, "isolation": "worker",
+                             "baseline": "once"}
+    assert [o["isolation"] for o in device.opened] == ["worker", "worker"]  # the default
 
-    probes = device.probes
+    probes = device.probe_count
     assert bundle_measure.measure_bundle(bundle, console=quiet()) == 0  # nothing left
-    assert device.probes == probes
+    assert device.probe_count == probes
 
 
 def test_measure_bundle_limit_takes_the_first_candidates(
@@ -322,7 +340,9 @@ def test_measure_bundle_limit_takes_the_first_candidates(
 def test_measure_bundle_refuses_bad_options(tmp_path: Path) -> None:
     bundle, _ = make_bundle(tmp_path, n=1)
     for kwargs, message in [({"runs": 19}, "--runs 19"), ({"warmup": -1}, "--warmup -1"),
-                            ({"limit": 0}, "--limit 0")]:
+                            ({"limit": 0}, "--limit 0"), ({"isolation": "thread"}, "'thread'"),
+                            ({"max_candidates": 0}, "max_candidates=0"),
+                            ({"baseline": "never"}, "'never'")]:
         with pytest.raises(UserInputError, match=message):
             bundle_measure.measure_bundle(bundle, console=quiet(), **kwargs)
 
@@ -336,3 +356,34 @@ def test_cli_measure_gives_exit_2_and_one_line_for_a_corrupted_manifest(tmp_path
     (bundle / MANIFEST_NAME).write_text('{"format": "zip"}')
     result = CliRunner().invoke(app, ["measure", str(bundle)])
     assert result.exit_code == 2 and "a foreign file" in result.output
+
+
+def test_measure_bundle_in_simulated_measuring_workers_end_to_end(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """Real worker processes running the real runner on the SIMULATED DEVICE of
+    tests/test_watchdog.py (CPU tensors, Python kernels): a hang in the middle of a bundle."""
+    use_simulated_runner(monkeypatch, tmp_path)
+    bundle, genomes = make_bundle(tmp_path, n=4)
+    for g, behaviour in zip(genomes, ["copy", "hang", "wrong", "copy"], strict=True):
+        (bundle / "artifacts" / g.hash / "libkernel.so").write_text(f"simulated: {behaviour}\n")
+    out = io.StringIO()
+    code = bundle_measure.measure_bundle(bundle, runs=20, warmup=3,
+                                         console=Console(file=out, width=250))
+    text = out.getvalue()
+    assert code == 0, text
+    results = read_results(bundle, read_manifest(bundle))
+    assert results is not None
+    assert [m.status for m in results.measurements] == ["ok", "hang", "wrong", "ok"]
+    assert all(m.device == "simulated device" for m in results.measurements)
+    assert results.settings["isolation"] == "worker" and results.settings["baseline"] == "once"
+    # The session's first baseline for ingest; every timing kept: worker 1's, worker 2's (after
+    # the hang) and the one at the end.
+    assert len(results.baselines) == 1 and len(results.baseline_timings) == 3
+    assert [m.baseline_median_us for m in results.measurements] == [
+        results.baseline_timings[0].median_us, None, None, results.baseline_timings[1].median_us]
+    assert results.baseline_timings[0] == results.baselines[0]
+    assert "was lost to candidate" in text and "the next candidate gets a new worker" in text
+    assert "measured 4 candidates in" in text
+    assert "2 worker processes started (1 replaced after a failure" in text
+    assert "wall time per candidate: median" in text

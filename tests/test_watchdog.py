@@ -2,19 +2,26 @@
 
 The children are small Python scripts speaking the report protocol (through the real
 ``Reporter``), not GPU kernels: what is under test is how the parent sees and classifies a
-process, which is the same whatever the process was doing on the GPU.
+process, which is the same whatever the process was doing on the GPU. The persistent measuring
+worker is tested at the end with real worker processes running the real runner on a simulated
+device (see SIMULATED_RUNNER).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tsopt.artifact import ArtifactManifest, TensorDesc
+from tsopt.problem import Problem
 from workers import watchdog
 from workers.watchdog import (
     EXIT_GRACE_S,
@@ -22,11 +29,15 @@ from workers.watchdog import (
     MAX_SLOWDOWN,
     TIMING_FLOOR_S,
     Limits,
+    MeasureRun,
     Reporter,
     ReportError,
     child_env,
+    encode_command,
     encode_event,
+    measure_artifacts,
     outcome_to_measurement,
+    parse_command,
     parse_event,
     run_child,
 )
@@ -303,3 +314,311 @@ def test_each_child_sees_one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # none visible stays none visible
     assert child_env()["CUDA_VISIBLE_DEVICES"] == ""
     assert child_env()["PYTHONPATH"].split(os.pathsep)[0] == str(watchdog.repo_root())
+
+
+# -- the persistent measuring worker, on a SIMULATED DEVICE --------------------------------
+# These run the real watchdog against real worker processes running the real runner code
+# (``python -m workers.runner --child worker``'s MeasuringWorker, its command loop, its fault
+# classification and health check). What cannot exist here is the GPU, so the child script
+# below puts a SIMULATED DEVICE under the runner: CPU tensors, a synchronous host-timed
+# session, and Python functions in place of the artifacts' libraries, chosen by the text of
+# each artifact's libkernel.so. No figure from it is reported anywhere.
+SIMULATED_RUNNER = '''
+"""python -m workers.runner on a SIMULATED DEVICE (the tests' stand-in for a GPU)."""
+import ctypes
+import sys
+import time
+
+import torch
+
+from workers import runner
+
+POINTERS = {}  # data_ptr -> the simulated device's tensor at that address
+CONTEXT = {"healthy": True}
+
+
+class SimulatedSession(runner.Session):
+    """The GPU session on the CPU: synchronous, timed with the host clock."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.device = torch.device("cpu")
+        self.stream = None  # torch.cuda.stream(None) does nothing
+        self.generator = torch.Generator()
+
+    @property
+    def handle(self):
+        return 0
+
+    def synchronize(self, when):
+        if not CONTEXT["healthy"]:
+            raise runner.KernelFault("crash", f"simulated poisoned context during {when}")
+
+    def time_runs(self, launch, sets, runs, warmup, what):
+        warm, timed = runner.rotation(len(sets), warmup, runs)
+        for index in warm:
+            launch(sets[index])
+        samples = []
+        for index in timed:
+            start = time.perf_counter()
+            launch(sets[index])
+            samples.append((time.perf_counter() - start) * 1e6 + 1.0)
+        return runner.Timing.of(samples)
+
+
+class SimulatedRuntime:
+    path = "simulated libcudart"
+
+    def describe(self, code):
+        return f"{code} simulated"
+
+    def device_count(self):
+        return 0, 1
+
+    def synchronize(self, stream):
+        return 0
+
+    def last_error(self):
+        return 0
+
+
+class SimulatedLibrary:
+    """An artifact's library; its libkernel.so reads "simulated: BEHAVIOUR"."""
+
+    def __init__(self, behaviour, manifest):
+        self.behaviour = behaviour
+        self.roles = [t.role for t in manifest.tensors]
+        self.cuda = runner.CudaLibraries(SimulatedRuntime(), None)
+
+    @classmethod
+    def open(cls, artifact_dir, manifest):
+        text = (artifact_dir / manifest.library).read_text()
+        return cls(text.split(":", 1)[1].strip(), manifest)
+
+    def load_module(self):
+        if self.behaviour == "refused-poison":  # refused, and the context is gone with it
+            CONTEXT["healthy"] = False
+        return 209 if self.behaviour.startswith("refused") else 0
+
+    def launch(self, ptrs, stream):
+        if self.behaviour == "hang":
+            time.sleep(600)  # a deadlocked kernel: the synchronize after it never returns
+        if self.behaviour == "segfault":
+            ctypes.string_at(0)
+        if self.behaviour == "illegal-address":
+            return 700
+        views = [POINTERS[p] for p in ptrs]
+        ins = [v for v, r in zip(views, self.roles) if r == "input"]
+        outs = [v for v, r in zip(views, self.roles) if r == "output"]
+        outs[0].copy_(ins[0])
+        if self.behaviour == "wrong":
+            outs[0][0, 0] = 1000.0
+        return 0
+
+
+def allocate(spec, tensors, session):
+    buffers = runner.make_buffers(tensors, spec.dtype, 3, torch.device("cpu"))
+    for bset in buffers.sets:
+        for view in bset.tensors:
+            POINTERS[view.data_ptr()] = view
+    return buffers
+
+
+runner.why_no_gpu = lambda: None
+runner.create_context = lambda: None
+runner.environment = lambda cuda=None: {
+    "device": "simulated device", "driver": "none", "cuda": "none", "torch": torch.__version__}
+runner.Session = SimulatedSession
+runner.KernelLibrary = SimulatedLibrary
+runner._allocate = allocate
+sys.exit(runner.main(sys.argv[1:]))
+'''
+
+SIM_COPY = Problem.of("copy", "fp16", rows=32, cols=64)
+SIM_COPY_2 = Problem.of("copy", "fp16", rows=16, cols=128)
+
+
+def use_simulated_runner(monkeypatch: pytest.MonkeyPatch, directory: Path,
+                         check_floor_s: float = 4.0) -> None:
+    """Make the watchdog start its children on the simulated device, with a short check floor
+    (a simulated hang is then killed after ~4 s instead of LOAD_FLOOR_S)."""
+    script = directory / "simulated_runner.py"
+    script.write_text(SIMULATED_RUNNER)
+    monkeypatch.setattr(watchdog, "runner_argv",
+                        lambda *args: [sys.executable, str(script), "--child", *args])
+    monkeypatch.setattr(watchdog, "LOAD_FLOOR_S", check_floor_s)
+
+
+def simulated_artifacts(root: Path, behaviours: Sequence[str], problem: Problem = SIM_COPY,
+                        output_first: bool = False) -> list[Path]:
+    """Artifact directories whose library is a simulated kernel with the given behaviour."""
+    dirs = []
+    shape = (problem["rows"], problem["cols"])
+    for i, behaviour in enumerate(behaviours):
+        genome_hash = hashlib.sha256(f"{root}/{problem.key}/{i}/{behaviour}".encode()).hexdigest()
+        directory = root / genome_hash
+        directory.mkdir(parents=True)
+        (directory / "libkernel.so").write_text(f"simulated: {behaviour}\n")
+        tensors = (TensorDesc("src", "input", shape, problem.dtype),
+                   TensorDesc("dst", "output", shape, problem.dtype))
+        if output_first:
+            tensors = tensors[::-1]
+        ArtifactManifest(genome_hash, "copy", problem.to_dict(), "sm_90a", tensors).write(directory)
+        dirs.append(directory)
+    return dirs
+
+
+@pytest.fixture
+def simulated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    use_simulated_runner(monkeypatch, tmp_path)
+    return tmp_path / "artifacts"
+
+
+def _gone(pid: int | None) -> bool:
+    assert pid is not None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def run_simulated(dirs: Sequence[Path], **options: Any) -> tuple[MeasureRun, list[str]]:
+    notes: list[str] = []
+    run = measure_artifacts(dirs, runs=20, warmup=3, log=notes.append, **options)
+    assert run.stats is not None
+    return run, notes
+
+
+def test_simulated_worker_measures_several_candidates_in_one_process(simulated: Path) -> None:
+    dirs = simulated_artifacts(simulated, ["copy", "copy", "wrong", "copy"])
+    run, notes = run_simulated(dirs, rebaseline_every=2)
+    assert [m.status for m in run.measurements] == ["ok", "ok", "wrong", "ok"]
+    assert [m.genome_hash for m in run.measurements] == [d.name for d in dirs]
+    # One process measured them all: the pid in every result line is the same, and not ours.
+    assert len(set(run.pids)) == 1 and run.pids[0] != os.getpid()
+    assert run.stats is not None
+    assert (run.stats.processes, run.stats.replaced, run.stats.recycled) == (1, 0, 0)
+    assert all(m.device == "simulated device" for m in run.measurements)
+    # The baseline (once, the default): timed at set-up, again after 2 candidates, at the end.
+    timings = run.baselines[SIM_COPY.key]
+    assert len(timings) == 3 and run.probes[SIM_COPY.key].baseline == timings[0]
+    assert [m.baseline_median_us for m in run.measurements] == [
+        timings[0].median_us, timings[0].median_us, None, timings[1].median_us]
+    assert notes[0].startswith(f"worker 1 (pid {run.pids[0]}) started: ready in ")
+    assert "measured 4 candidates in" in notes[-1]
+    assert "1 worker process started (0 replaced after a failure, 0 recycled" in notes[-1]
+    assert "wall time per candidate: median" in notes[-1]
+    assert f"baseline {SIM_COPY.key} (torch.copy_): 3 timings alone; medians" in notes[-1]
+    assert _gone(run.pids[0])  # closed at the end
+
+
+def test_simulated_hang_in_the_middle_is_killed_and_a_new_worker_goes_on(
+    simulated: Path,
+) -> None:
+    dirs = simulated_artifacts(simulated, ["copy", "hang", "copy", "copy"])
+    run, notes = run_simulated(dirs, baseline="paired")
+    assert [m.status for m in run.measurements] == ["ok", "hang", "ok", "ok"]
+    hang = run.measurements[1]
+    assert "killed" in (hang.error or "") and "within 4.0 s" in (hang.error or "")
+    assert 4.0 <= hang.seconds < 15
+    first, _, second, third = run.pids
+    assert run.pids[1] == first and second == third != first
+    assert _gone(first)  # the hung worker's process group was killed
+    assert run.stats is not None and (run.stats.processes, run.stats.replaced) == (2, 1)
+    assert any(f"was lost to candidate {dirs[1].name[:12]} (hang" in n for n in notes)
+    # Paired: each ratio uses the vendor timed right after its candidate, none at the end.
+    assert len(run.baselines[SIM_COPY.key]) == 2  # worker 1's and worker 2's set-up
+    assert run.stats.paired_us[SIM_COPY.key] == [
+        m.baseline_median_us for m in run.measurements if m.status == "ok"]
+    assert "2 timings alone, 3 paired with candidates" in notes[-1]
+
+
+def test_simulated_crash_and_sticky_fault_end_their_worker(simulated: Path) -> None:
+    dirs = simulated_artifacts(simulated, ["copy", "segfault", "copy", "illegal-address",
+                                           "copy"])
+    run, notes = run_simulated(dirs)
+    assert [m.status for m in run.measurements] == ["ok", "crash", "ok", "crash", "ok"]
+    segv, sticky = run.measurements[1], run.measurements[3]
+    assert "died from SIGSEGV in the check phase" in (segv.error or "")
+    # The sticky fault is the child's own report; it then exits rather than go on.
+    assert sticky.error == "tsopt_launch returned 700 simulated"
+    a, a2, b, b2, c = run.pids
+    assert a == a2 and b == b2 and len({a, b, c}) == 3
+    assert run.stats is not None and (run.stats.processes, run.stats.replaced) == (3, 2)
+    assert any(f"exited after candidate {dirs[3].name[:12]}: a sticky CUDA fault (crash)" in n
+               for n in notes)
+
+
+def test_simulated_launch_error_continues_only_with_a_healthy_context(simulated: Path) -> None:
+    dirs = simulated_artifacts(simulated, ["refused", "copy", "refused-poison", "copy"])
+    run, notes = run_simulated(dirs)
+    assert [m.status for m in run.measurements] == ["launch_error", "ok", "launch_error", "ok"]
+    assert "tsopt_load returned 209 simulated" in (run.measurements[0].error or "")
+    a, a2, a3, b = run.pids
+    assert a == a2 == a3 != b  # the refused load left the context fine; the poisoning did not
+    assert any("exited between candidates: the health check after the candidate failed: "
+               "simulated poisoned context" in n for n in notes)
+
+
+def test_simulated_worker_is_recycled_at_the_cap(simulated: Path) -> None:
+    dirs = simulated_artifacts(simulated, ["copy"] * 5)
+    run, notes = run_simulated(dirs, max_candidates=2)
+    assert [m.status for m in run.measurements] == ["ok"] * 5
+    a, a2, b, b2, c = run.pids
+    assert a == a2 and b == b2 and len({a, b, c}) == 3
+    assert run.stats is not None
+    assert (run.stats.processes, run.stats.replaced, run.stats.recycled) == (3, 0, 2)
+    assert sum("recycled after 2 candidates" in n for n in notes) == 2
+
+
+def test_simulated_worker_groups_by_problem_and_reports_in_the_given_order(
+    simulated: Path,
+) -> None:
+    one = simulated_artifacts(simulated / "one", ["copy", "copy"])
+    two = simulated_artifacts(simulated / "two", ["copy"], problem=SIM_COPY_2,
+                              output_first=True)  # launched with its pointers as (dst, src)
+    order: list[int] = []
+    notes: list[str] = []
+    run = measure_artifacts([one[0], two[0], one[1]], runs=20, warmup=3, log=notes.append,
+                            on_result=lambda i, m: order.append(i))
+    assert order == [0, 2, 1]  # problem by problem, so the buffers are reused
+    assert [m.problem_key for m in run.measurements] == [SIM_COPY.key, SIM_COPY_2.key,
+                                                         SIM_COPY.key]
+    assert [m.status for m in run.measurements] == ["ok"] * 3
+    assert len(set(run.pids)) == 1  # one worker, its buffers freed and made again
+    assert set(run.baselines) == {SIM_COPY.key, SIM_COPY_2.key}
+
+
+def test_simulated_process_isolation_is_still_there(simulated: Path) -> None:
+    dirs = simulated_artifacts(simulated, ["copy", "wrong"])
+    run, _ = run_simulated(dirs, isolation="process")
+    assert [m.status for m in run.measurements] == ["ok", "wrong"]
+    assert len(set(run.pids)) == 2
+    assert run.stats is not None and run.stats.processes == 3  # a probe, then one each
+    assert run.measurements[0].baseline_name == "torch.copy_"
+
+
+def test_worker_commands_round_trip_and_bad_ones_are_named() -> None:
+    line = encode_command("measure", artifact="/a", genome_hash="ab", runs=20, warmup=3,
+                          checks=2)
+    assert parse_command(line.strip())["artifact"] == "/a"
+    assert parse_command(encode_command("baseline")) == {"cmd": "baseline"}
+    with pytest.raises(ValueError, match="unknown worker command"):
+        encode_command("sleep")
+    with pytest.raises(ReportError, match="a measure command needs genome_hash, checks"):
+        parse_command(b'{"cmd": "measure", "artifact": "/a", "runs": 20, "warmup": 3}')
+    with pytest.raises(ReportError, match="unknown command 'exit'"):
+        parse_command(b'{"cmd": "exit"}')
+
+
+def test_a_worker_that_cannot_start_is_a_measure_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text("import sys\nprint('no torch on this machine', file=sys.stderr)\n"
+                      "sys.exit(3)\n")
+    monkeypatch.setattr(watchdog, "runner_argv", lambda *args: [sys.executable, str(script)])
+    with pytest.raises(watchdog.MeasureError, match="cannot start a measuring worker: the "
+                       "measuring process exited with code 3 in the startup phase"):
+        measure_artifacts(simulated_artifacts(tmp_path / "a", ["copy"]))

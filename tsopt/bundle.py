@@ -18,7 +18,12 @@ Layout::
     {"format": "tsopt-bundle-results", "version": 1, "bundle_id": ..., "run_id": "<uuid>",
      "device": ..., "driver": ..., "cuda": ..., "torch": ..., "started_at": ..., "updated_at": ...,
      "settings": {"runs": 50, "warmup": 10, "checks": 2}, "environment": {...},
-     "baselines": [Baseline...], "measurements": [Measurement...]}
+     "baselines": [Baseline...], "measurements": [Measurement...],
+     "baseline_timings": [Baseline...] (optional)}
+
+``baselines`` holds the first baseline timing of each measuring session (ingest records it);
+``baseline_timings`` every timing of the run (a measuring worker times the baseline when it
+starts, every few dozen candidates and at the end), to show their spread.
 
 ``run_id`` names one measuring of the bundle (kept when an interrupted measuring resumes), so
 ingesting the same results twice records nothing new.
@@ -40,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tsopt.artifact import ArtifactError, ArtifactManifest
+from tsopt.artifact import LIBRARY_NAME, MANIFEST_NAME as ARTIFACT_MANIFEST, ArtifactError, ArtifactManifest
 from tsopt.errors import UserInputError
 from tsopt.genome import Genome, GenomeError
 from tsopt.problem import Problem, ProblemError
@@ -169,6 +174,7 @@ class BundleResults:
     environment: dict[str, Any] = field(default_factory=dict)
     baselines: list[Baseline] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
+    baseline_timings: list[Baseline] = field(default_factory=list)  # every timing, for spread
 
     def measured_hashes(self) -> set[str]:
         return {m.genome_hash for m in self.measurements}
@@ -182,6 +188,7 @@ class BundleResults:
             "environment": self.environment,
             "baselines": [b.to_dict() for b in self.baselines],
             "measurements": [m.to_dict() for m in self.measurements],
+            "baseline_timings": [b.to_dict() for b in self.baseline_timings],
         }
 
 
@@ -364,12 +371,11 @@ def results_from_dict(
     environment = doc.get("environment", {})
     if not isinstance(settings, dict) or not isinstance(environment, dict):
         raise BundleError(f"{where}: settings and environment must be objects")
-    baselines = []
-    for i, b in enumerate(_require(doc, "baselines", list, where)):
-        try:
-            baselines.append(Baseline.from_dict(b))
-        except (TypeError, ValueError) as exc:
-            raise BundleError(f"{where}: baselines[{i}]: {exc}") from None
+    baselines = _baselines(_require(doc, "baselines", list, where), "baselines", where)
+    timings = doc.get("baseline_timings", [])
+    if not isinstance(timings, list):
+        raise BundleError(f"{where}: field 'baseline_timings' has the wrong type ({timings!r})")
+    baseline_timings = _baselines(timings, "baseline_timings", where)
     measurements = []
     for i, m in enumerate(_require(doc, "measurements", list, where)):
         try:
@@ -390,8 +396,19 @@ def results_from_dict(
                 )
     return BundleResults(
         bundle_id=bundle_id, run_id=run_id, settings=settings, environment=environment,
-        baselines=baselines, measurements=measurements, **text,
+        baselines=baselines, measurements=measurements, baseline_timings=baseline_timings,
+        **text,
     )
+
+
+def _baselines(docs: list[Any], key: str, where: str) -> list[Baseline]:
+    baselines = []
+    for i, b in enumerate(docs):
+        try:
+            baselines.append(Baseline.from_dict(b))
+        except (TypeError, ValueError) as exc:
+            raise BundleError(f"{where}: {key}[{i}]: {exc}") from None
+    return baselines
 
 
 def read_results(directory: Path, manifest: BundleManifest | None = None) -> BundleResults | None:
@@ -417,12 +434,20 @@ class BundleEntry:
     origin: str | None = None
 
 
+BUNDLED_FILES = (ARTIFACT_MANIFEST, LIBRARY_NAME, "genome.json", "build.json")
+"""What a GPU machine needs of an artifact; the object, cubin and header stay in the build
+cache (a bundle travels, and hundreds of candidates must fit in one transfer)."""
+
+
 def _copy_artifact(src: Path, dst: Path) -> None:
     # Copy beside the target and rename: a bundle never holds half an artifact.
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    shutil.copytree(src, tmp)
+    tmp.mkdir(parents=True)
+    for name in BUNDLED_FILES:
+        if (src / name).exists():
+            shutil.copy2(src / name, tmp / name)
     if dst.exists():
         shutil.rmtree(dst)
     os.replace(tmp, dst)

@@ -63,7 +63,13 @@ class TuneRequest:
     measure: str = "auto"  # auto | never | always
 
     def study_name(self) -> str:
-        return self.study or f"{self.space}-{self.problem.key}-{self.arch}"
+        """Default: space, problem and arch, e.g. ``copy-fp16-4096x4096-sm_90a``."""
+        if self.study:
+            return self.study
+        key = self.problem.key
+        if key.startswith(f"{self.space}-"):
+            key = key[len(self.space) + 1:]
+        return f"{self.space}-{key}-{self.arch}"
 
     def validate(self) -> None:
         if self.trials < 1:
@@ -175,7 +181,7 @@ def _gpu_available(mode: str) -> bool:
 
 
 def run_tune(request: TuneRequest, console: Console) -> int:
-    """The main job. Returns the exit code (0: done, 1: nothing could be built)."""
+    """The main job. Returns the exit code (0: done, 1: valid candidates but none could be built)."""
     import optuna
 
     from db.store import Store
@@ -205,14 +211,6 @@ def run_tune(request: TuneRequest, console: Console) -> int:
     bundle_dir = request.bundle_dir or Path(".tsopt") / "bundles" / name
     run_id = f"inline-{uuid.uuid4()}"
 
-    # The template's reference schedule goes first, so every study measures it beside the winners.
-    if not study.trials:
-        try:
-            study.enqueue_trial(space.params_of(space.seed_genome(request.problem)),
-                                user_attrs={"origin": "seed"})
-        except ValueError as exc:
-            console.print(f"[yellow]seed schedule not enqueued:[/] {exc}")
-
     stats = TuneStats()
     start = time.monotonic()
     progress = Progress(
@@ -228,6 +226,13 @@ def run_tune(request: TuneRequest, console: Console) -> int:
 
     batch_size = max(1, request.workers)
     with Live(render(), console=console, refresh_per_second=8, transient=False) as live:
+        # The template's reference schedule (e.g. the TS tutorial's) is built and measured
+        # in every study, beside the candidates, but it is not an Optuna trial: its genes
+        # may lie outside the knobs' choices.
+        seed = _seed_candidate(space, request, pipeline, store, name, stats)
+        if seed is not None:
+            _finish_batch([seed], study, space, request, store, name, bundle_dir, measure_inline,
+                          run_id, stats)
         while stats.proposed < request.trials:
             if request.time_budget_s is not None and time.monotonic() - start > request.time_budget_s:
                 console.print(f"time budget of {request.time_budget_s:.0f} s reached")
@@ -242,27 +247,57 @@ def run_tune(request: TuneRequest, console: Console) -> int:
                 progress.advance(bar)
                 live.update(render())
             if built:
-                from tsopt.bundle import BundleEntry, write_bundle
-
-                write_bundle(
-                    bundle_dir, study=name, space=space.name, problem=request.problem, arch=request.arch,
-                    candidates=[BundleEntry(g, Path(b.artifact_dir or ""), _origin(t)) for t, _, g, b in built],
-                    append=bundle_dir.exists(),
-                )
-                if measure_inline:
-                    _measure_inline(built, study, store, run_id, stats)
-                else:
-                    for trial, _, _, _ in built:
-                        trial.set_user_attr("awaiting_measurement", str(bundle_dir))
+                _finish_batch(built, study, space, request, store, name, bundle_dir, measure_inline,
+                              run_id, stats)
             live.update(render())
 
     _summary(console, store, name, stats, measure_inline, bundle_dir, time.monotonic() - start)
     store.close()
-    return 0 if stats.built or stats.valid or not stats.proposed else 1
+    # A run whose proposals were all rejected did its job; one that could build nothing valid did not.
+    return 1 if stats.valid and not stats.built else 0
 
 
 def _origin(trial: Any) -> str:
-    return str(trial.user_attrs.get("origin", "suggest"))
+    return "seed" if trial is None else str(trial.user_attrs.get("origin", "suggest"))
+
+
+def _seed_candidate(space: SearchSpace, request: TuneRequest, pipeline: CandidatePipeline,
+                    store: Store, name: str, stats: TuneStats) -> Any:
+    """Verify and build the space's reference genome once per study."""
+    genome = space.seed_genome(request.problem)
+    if store.candidate_id(name, genome.hash) is not None:
+        return None
+    candidate_id = store.add_candidate(name, genome, "seed", None)
+    verdict = pipeline.verify(candidate_id, genome)
+    if not verdict.valid:
+        stats.rejected[verdict.rule or "?"] += 1
+        return None
+    stats.valid += 1
+    build = pipeline.build(candidate_id, genome)
+    if not build.ok:
+        stats.build_failed += 1
+        return None
+    stats.built += 1
+    return None, candidate_id, genome, build
+
+
+def _finish_batch(built: list[Any], study: Any, space: SearchSpace, request: TuneRequest,
+                  store: Store, name: str, bundle_dir: Path, measure_inline: bool, run_id: str,
+                  stats: TuneStats) -> None:
+    """Bundle the built candidates, then measure them inline or leave them for the bundle."""
+    from tsopt.bundle import BundleEntry, write_bundle
+
+    write_bundle(
+        bundle_dir, study=name, space=space.name, problem=request.problem, arch=request.arch,
+        candidates=[BundleEntry(g, Path(b.artifact_dir or ""), _origin(t)) for t, _, g, b in built],
+        append=bundle_dir.exists(),
+    )
+    if measure_inline:
+        _measure_inline(built, study, store, run_id, stats)
+        return
+    for trial, _, _, _ in built:
+        if trial is not None:
+            trial.set_user_attr("awaiting_measurement", str(bundle_dir))
 
 
 def _propose_one(trial: Any, study: Any, space: SearchSpace, request: TuneRequest,
@@ -317,6 +352,8 @@ def _measure_inline(built: list[Any], study: Any, store: Store, run_id: str, sta
     for (trial, candidate_id, _, _), measured in zip(built, run.measurements, strict=True):
         store.record_measurement(candidate_id, measured, run_id)
         stats.measured[measured.status] += 1
+        if trial is None:  # the seed: recorded, not a trial
+            continue
         if measured.status == "ok" and measured.median_us is not None:
             study.tell(trial, measured.median_us)
             if stats.best_us is None or measured.median_us < stats.best_us:

@@ -51,7 +51,8 @@ TS_RULES: tuple[tuple[str, str], ...] = (
     (r"race", "ts.race"),
     (r"Too many registers", "ts.register_file"),
     (r"num_registers|registers", "ts.register_rule"),
-    (r"[Cc]ooperative|group size|arrive count|num_threads|thread count", "ts.group_size"),
+    (r"consumer_group\.size|producer_group\.size|[Cc]ooperative|group size|arrive count",
+     "ts.group_size"),
     (r"overlap", "ts.warp_overlap"),
     (r"SMEM|shared memory", "ts.smem"),
 )

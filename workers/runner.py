@@ -19,19 +19,24 @@ One candidate, in order (:func:`measure_artifact`):
 A CUDA fault becomes a status with its message: an illegal address or other sticky fault is
 ``crash``, a refused launch or module load is ``launch_error``, a wrong output is ``wrong``.
 What a process cannot report about itself (a deadlock, a signal death) is the watchdog's job:
-run candidates through workers.watchdog, which starts this module with ``--child``.
+run candidates through workers.watchdog, which starts this module with ``--child``: by default
+one persistent ``--child worker`` (:class:`MeasuringWorker`) measures candidate after
+candidate, reusing its CUDA context, buffers and baseline; ``--isolation process`` runs
+``--child measure`` once per candidate instead.
 
 Command line::
 
     python -m workers.runner --bundle DIR [--runs 50] [--warmup 10] [--limit N]
     python -m workers.runner --artifact DIR [--artifact DIR ...] [--runs 50] [--gpu 0]
-    python -m workers.runner --child measure|baseline ...   (the watchdog's child; internal)
+        [--isolation worker|process] [--max-candidates 200] [--baseline once|paired]
+    python -m workers.runner --child measure|baseline|worker ...   (the watchdog's; internal)
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import glob
 import json
 import math
@@ -42,7 +47,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +57,14 @@ from tsopt.artifact import ArtifactError, ArtifactManifest, TensorDesc
 from tsopt.bundle import Baseline, utc_now
 from tsopt.problem import Problem, ProblemError
 from tsopt.records import Measurement
-from workers.watchdog import Reporter
+from workers.watchdog import (
+    BASELINE_MODES,
+    ISOLATIONS,
+    REBASELINE_EVERY,
+    WORKER_MAX_CANDIDATES,
+    CommandReader,
+    Reporter,
+)
 
 TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -467,10 +479,26 @@ def plan_buffer_sets(set_bytes: int, l2_bytes: int, free_bytes: int) -> int:
 
 @dataclass
 class BufferSet:
-    tensors: list[torch.Tensor]  # in the artifact's launch order
+    tensors: list[torch.Tensor]  # in the order the set was made for
     inputs: list[torch.Tensor]
     outputs: list[torch.Tensor]
-    ptrs: ctypes.Array[ctypes.c_void_p]
+    ptrs: ctypes.Array[ctypes.c_void_p]  # of ``tensors``, in that order
+    bound: dict[tuple[str, ...], ctypes.Array[ctypes.c_void_p]] = field(
+        default_factory=dict, repr=False)
+
+    def pointers(self, roles: Sequence[str]) -> ctypes.Array[ctypes.c_void_p]:
+        """The device pointers in a launch order given by role: a worker's buffers are made
+        once per problem (inputs, then outputs), and an artifact may interleave them (D, A, B).
+        Within a role the order is the op's (``OpSpec.check_tensors`` holds artifacts to it).
+        """
+        key = tuple(roles)
+        cached = self.bound.get(key)
+        if cached is None:
+            ins, outs = iter(self.inputs), iter(self.outputs)
+            views = [next(ins) if role == "input" else next(outs) for role in key]
+            cached = (ctypes.c_void_p * len(views))(*[v.data_ptr() for v in views])
+            self.bound[key] = cached
+        return cached
 
 
 @dataclass
@@ -591,9 +619,12 @@ class Session:
         return Timing.of([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)])
 
 
-def _kernel_launcher(lib: KernelLibrary, session: Session) -> Callable[[BufferSet], None]:
+def _kernel_launcher(lib: KernelLibrary, session: Session,
+                     tensors: Sequence[TensorDesc] | None = None) -> Callable[[BufferSet], None]:
+    roles = [t.role for t in tensors] if tensors is not None else None
+
     def launch(bset: BufferSet) -> None:
-        code = lib.launch(bset.ptrs, session.handle)
+        code = lib.launch(bset.ptrs if roles is None else bset.pointers(roles), session.handle)
         if code:
             raise KernelFault(status_of_cuda_error(code),
                               f"tsopt_launch returned {lib.cuda.runtime.describe(code)}")
@@ -714,18 +745,38 @@ def _wrong(result: CheckResult, when: str, base: dict[str, Any], started: float)
                        seconds=round(time.perf_counter() - started, 3), **base)
 
 
+def _load_module(lib: KernelLibrary) -> None:
+    code = lib.load_module()
+    if code:
+        raise KernelFault(status_of_cuda_error(code),
+                          f"tsopt_load returned {lib.cuda.runtime.describe(code)}")
+
+
 def _measure_loaded(
     lib: KernelLibrary, spec: OpSpec, manifest: ArtifactManifest, session: Session, runs: int,
     warmup: int, checks: int, on_checked: Callable[[dict[str, Any]], None] | None,
     base: dict[str, Any], started: float,
 ) -> Measurement:
-    cuda = lib.cuda.runtime
-    code = lib.load_module()
-    if code:
-        raise KernelFault(status_of_cuda_error(code), f"tsopt_load returned {cuda.describe(code)}")
-    torch.set_float32_matmul_precision("highest")  # the reference must not use TF32
+    """One candidate in a process of its own: load, allocate, check, time, time the vendor."""
+    _load_module(lib)
     buffers = _allocate(spec, manifest.tensors, session)
-    launch = _kernel_launcher(lib, session)
+    return _check_and_time(lib, spec, manifest.tensors, buffers, session, runs, warmup, checks,
+                           on_checked, base, started)
+
+
+def _check_and_time(
+    lib: KernelLibrary, spec: OpSpec, tensors: Sequence[TensorDesc], buffers: Buffers,
+    session: Session, runs: int, warmup: int, checks: int,
+    on_checked: Callable[[dict[str, Any]], None] | None, base: dict[str, Any], started: float,
+    vendor: Timing | None = None,
+) -> Measurement:
+    """Check a loaded candidate on ``buffers``, time it, re-check; compare with the vendor.
+
+    ``vendor``: the baseline already timed on these buffers in this process (a worker's); None
+    times it now, after the candidate.
+    """
+    torch.set_float32_matmul_precision("highest")  # the reference must not use TF32
+    launch = _kernel_launcher(lib, session, tensors)
     worst = 0.0
     first = buffers.sets[0]
     for i in range(checks):
@@ -752,8 +803,9 @@ def _measure_loaded(
                           f"timed runs (buffer set {index})", base, started)
         worst = max(worst, result.rel_err or 0.0)
 
-    vendor = session.time_runs(_baseline_launcher(spec), buffers.sets, runs, warmup,
-                               f"the {spec.baseline_name} baseline")
+    if vendor is None:
+        vendor = session.time_runs(_baseline_launcher(spec), buffers.sets, runs, warmup,
+                                   f"the {spec.baseline_name} baseline")
     return Measurement(
         status="ok", median_us=timing.median_us, p10_us=timing.p10_us, p90_us=timing.p90_us,
         runs=timing.runs, rate=spec.rate(timing.median_us), rate_unit=spec.rate_unit,
@@ -780,12 +832,15 @@ def time_baseline(
                                    spec.baseline_name)
     env["buffer_sets"] = len(buffers.sets)
     env["rotation_bytes"] = buffers.set_bytes * len(buffers.sets)
-    baseline = Baseline(
-        problem_key=problem.key, name=spec.baseline_name, device=env["device"],
+    return _baseline_record(spec, timing, env["device"]), env
+
+
+def _baseline_record(spec: OpSpec, timing: Timing, device: str) -> Baseline:
+    return Baseline(
+        problem_key=spec.problem.key, name=spec.baseline_name, device=device,
         median_us=timing.median_us, p10_us=timing.p10_us, p90_us=timing.p90_us, runs=timing.runs,
         rate=spec.rate(timing.median_us), rate_unit=spec.rate_unit, measured_at=utc_now(),
     )
-    return baseline, env
 
 
 # -- the watchdog's child ------------------------------------------------------------------
@@ -804,7 +859,7 @@ def child_main(args: argparse.Namespace) -> None:
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         print(traceback.format_exc(), file=sys.stderr)
         try:
-            hash_ = Path(args.artifact).name if args.artifact else "baseline"
+            hash_ = _artifact_hash(Path(args.artifact)) if args.artifact else "baseline"
             reporter.send("result", measurement=_child_failure(
                 hash_, "", "crash", f"runner error: {detail}"))
         except OSError:
@@ -813,6 +868,15 @@ def child_main(args: argparse.Namespace) -> None:
     sys.stderr.flush()
     # Skip interpreter and CUDA teardown: after a fault it can block, and nothing is left to do.
     os._exit(code)
+
+
+def _artifact_hash(artifact_dir: Path) -> str:
+    """The genome hash an artifact's manifest names (its directory's name when unreadable: a
+    builder cache directory is named by cache key, not genome hash)."""
+    try:
+        return ArtifactManifest.read(artifact_dir).genome_hash
+    except ArtifactError:
+        return artifact_dir.name
 
 
 def _child_work(args: argparse.Namespace, reporter: Reporter) -> None:
@@ -826,7 +890,9 @@ def _child_work(args: argparse.Namespace, reporter: Reporter) -> None:
         reporter.send("ready", environment=environment())
         try:
             baseline, env = time_baseline(problem, args.runs, args.warmup)
-        except KernelFault as fault:
+        except (KernelFault, RuntimeError) as exc:  # RuntimeError: CUDA error or OOM in torch
+            fault = exc if isinstance(exc, KernelFault) else _fault_from_torch(
+                exc, None, f"the {problem} baseline")
             reporter.send("result", measurement=_child_failure(
                 "baseline", problem.key, fault.status, fault.message))
             return
@@ -842,24 +908,288 @@ def _child_work(args: argparse.Namespace, reporter: Reporter) -> None:
     reporter.send("result", measurement=measured.to_dict())
 
 
+# -- the persistent worker -----------------------------------------------------------------
+STICKY_STATUSES = ("crash", "hang")  # the child's own classification: the context is unusable
+
+
+def create_context() -> None:
+    """Create this process's CUDA context now (a worker's start-up), not in the first candidate."""
+    torch.cuda.init()  # type: ignore[no-untyped-call]
+    torch.empty(1, device="cuda").fill_(1.0)
+    torch.cuda.synchronize()
+
+
+def context_healthy(session: Session) -> str | None:
+    """None when a tiny torch op still runs and checks out on the session's context; else why.
+
+    After a non-sticky error (a refused launch, a wrong result) the context should be fine; a
+    worker proves it before taking the next candidate, and exits if not.
+    """
+    try:
+        with torch.cuda.stream(session.stream):
+            probe = torch.arange(1, 65, dtype=torch.float32, device=session.device)
+            total = probe.sum()
+            session.synchronize("the health check")
+            value = float(total)
+    except KernelFault as fault:
+        return f"the health check after the candidate failed: {fault.message}"
+    except RuntimeError as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return f"the health check after the candidate failed: {first}"
+    if value != 2080.0:
+        return f"the health check after the candidate computed 1 + ... + 64 = {value}, not 2080"
+    return None
+
+
+@dataclass
+class ProblemState:
+    """A worker's buffers and vendor timing for one problem, reused by all its candidates."""
+
+    problem: Problem
+    spec: OpSpec
+    buffers: Buffers
+    runs: int
+    warmup: int
+    vendor: Timing | None = None
+
+
+class MeasuringWorker:
+    """The watchdog's persistent child: one CUDA context, many candidates.
+
+    Commands arrive on the command pipe (see workers.watchdog): ``problem`` frees the last
+    problem's buffers, allocates this one's and times the vendor baseline on them;
+    ``measure`` loads a candidate's library and checks and times it on those buffers (and,
+    paired, the vendor after it); ``baseline`` times the vendor again. After each command it
+    checks its context with a tiny torch op and says ``ready``, or exits: after a sticky fault
+    (which it reports in the result), a failed health check, or ``max_candidates``
+    candidates. The candidates' libraries stay loaded until it exits.
+    """
+
+    def __init__(self, reporter: Reporter, max_candidates: int = WORKER_MAX_CANDIDATES) -> None:
+        self.reporter = reporter
+        self.max_candidates = max_candidates
+        self.pid = os.getpid()
+        self.no_gpu = why_no_gpu()
+        self.environment: dict[str, Any] = {
+            "torch": torch.__version__, "cuda": torch.version.cuda or "",
+            "python": sys.version.split()[0],
+        }
+        self.session: Session | None = None
+        if self.no_gpu is None:
+            create_context()
+            self.environment = environment()
+            self.session = Session(None)
+        self.state: ProblemState | None = None
+        self.measured = 0
+        self.libraries: list[KernelLibrary] = []  # loaded for good: ctypes cannot unload
+        self.current: tuple[str, str] | None = None  # (genome hash, problem key) in hand
+
+    def serve(self, commands: CommandReader) -> None:
+        """Answer commands until the command pipe closes or a reason to exit comes up."""
+        self.reporter.send("ready", environment=self.environment, pid=self.pid, measured=0)
+        for command in commands:
+            exiting = self.handle(command)
+            self.current = None
+            if exiting is None and self.measured >= self.max_candidates:
+                exiting = f"measured {self.measured} candidates, the cap; recycled"
+            if exiting is None and self.session is not None:
+                exiting = context_healthy(self.session)
+            if exiting is not None:
+                print(f"tsopt worker {self.pid} exiting: {exiting}", file=sys.stderr, flush=True)
+                return
+            self.reporter.send("ready", pid=self.pid, measured=self.measured)
+
+    def handle(self, command: dict[str, Any]) -> str | None:
+        """Carry out one command and report it; returns why this worker must exit, if it must."""
+        if command["cmd"] == "problem":
+            problem = Problem.from_dict(command["problem"])
+            return self._baseline(problem, int(command["runs"]), int(command["warmup"]))
+        if command["cmd"] == "baseline":
+            if self.state is None:
+                return self._baseline_failed("", "launch_error", "no problem is set up")
+            return self._baseline(self.state.problem, self.state.runs, self.state.warmup)
+        return self._candidate(Path(command["artifact"]), str(command["genome_hash"]),
+                               int(command["runs"]), int(command["warmup"]),
+                               int(command["checks"]), bool(command.get("paired", False)))
+
+    # -- the vendor baseline ---------------------------------------------------------------
+    def _baseline_failed(self, problem_key: str, status: str, message: str) -> str | None:
+        self.reporter.send("result", measurement=_child_failure("baseline", problem_key, status,
+                                                                message))
+        if status in STICKY_STATUSES:
+            return f"a sticky CUDA fault ({status}) while timing the baseline: {message}"
+        return None
+
+    def _baseline(self, problem: Problem, runs: int, warmup: int) -> str | None:
+        """Set up ``problem`` (unless it is the one held) and time the vendor on its buffers."""
+        self.current = ("baseline", problem.key)
+        if self.no_gpu is not None or self.session is None:
+            return self._baseline_failed(problem.key, "launch_error", self.no_gpu or "no GPU")
+        session = self.session
+        try:
+            if self.state is None or self.state.problem.key != problem.key:
+                self._drop_problem()
+                spec = op_spec(problem)
+                with torch.cuda.stream(session.stream):
+                    buffers = _allocate(spec, spec.default_tensors(), session)
+                self.state = ProblemState(problem, spec, buffers, runs, warmup)
+            state = self.state
+            with torch.cuda.stream(session.stream):
+                _fill(state.buffers, state.spec, session)
+                state.vendor = session.time_runs(_baseline_launcher(state.spec),
+                                                 state.buffers.sets, runs, warmup,
+                                                 state.spec.baseline_name)
+        except ProblemError as exc:
+            return self._baseline_failed(problem.key, "launch_error", str(exc))
+        except KernelFault as fault:
+            return self._baseline_failed(problem.key, fault.status, fault.message)
+        except RuntimeError as exc:
+            seen = _fault_from_torch(exc, session, f"the {problem} baseline")
+            return self._baseline_failed(problem.key, seen.status, seen.message)
+        env = {**self.environment, "pid": self.pid,
+               "buffer_sets": len(state.buffers.sets),
+               "rotation_bytes": state.buffers.set_bytes * len(state.buffers.sets)}
+        baseline = _baseline_record(state.spec, state.vendor, str(env.get("device", "")))
+        self.reporter.send("baseline", baseline=baseline.to_dict(), environment=env)
+        return None
+
+    def _drop_problem(self) -> None:
+        """Free the last problem's buffers before allocating the next one's."""
+        if self.state is None:
+            return
+        self.state = None
+        gc.collect()
+        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+    # -- a candidate -----------------------------------------------------------------------
+    def _candidate(self, artifact_dir: Path, genome_hash: str, runs: int, warmup: int,
+                   checks: int, paired: bool) -> str | None:
+        state = self.state
+        self.current = (genome_hash, state.problem.key if state is not None else "")
+        measured = self.measure(artifact_dir, genome_hash, runs, warmup, checks, paired)
+        self.measured += 1
+        exiting = None
+        if measured.status in STICKY_STATUSES:
+            exiting = f"a sticky CUDA fault ({measured.status}) leaves the context unusable"
+        self.reporter.send("result", measurement=measured.to_dict(),
+                           worker={"pid": self.pid, "measured": self.measured,
+                                   "exiting": exiting})
+        return exiting
+
+    def measure(self, artifact_dir: Path, genome_hash: str, runs: int, warmup: int,
+                checks: int, paired: bool = True) -> Measurement:
+        """Check and time one artifact on the held problem's buffers; never raises for it.
+
+        ``paired``: time the vendor right after it on the same buffers (else use the worker's
+        timing of the problem).
+        """
+        started = time.perf_counter()
+        state = self.state
+        base: dict[str, Any] = {
+            "genome_hash": genome_hash, "problem_key": state.problem.key if state else "",
+            "cuda": torch.version.cuda or "", "torch": torch.__version__,
+            "device": str(self.environment.get("device", "")),
+            "driver": str(self.environment.get("driver", "")),
+        }
+
+        def failed(status: str, message: str) -> Measurement:
+            return Measurement(status=status, error=message,  # type: ignore[arg-type]
+                               seconds=round(time.perf_counter() - started, 3), **base)
+
+        if self.no_gpu is not None or self.session is None:
+            return failed("launch_error", self.no_gpu or "no GPU")
+        if state is None or state.vendor is None:
+            return failed("launch_error", "the measuring worker has no problem set up")
+        try:
+            manifest = ArtifactManifest.read(artifact_dir)
+            if manifest.genome_hash != genome_hash:
+                raise KernelLoadError(f"{artifact_dir} holds genome {manifest.genome_hash[:12]}, "
+                                      f"not {genome_hash[:12]}")
+            problem = Problem.from_dict(manifest.problem)
+            if problem.key != state.problem.key:
+                raise KernelLoadError(f"it was built for {problem.key}; this worker holds "
+                                      f"{state.problem.key}")
+            state.spec.check_tensors(manifest.tensors)
+            lib = KernelLibrary.open(artifact_dir, manifest)
+        except (ArtifactError, ProblemError, KernelLoadError) as exc:
+            return failed("launch_error", f"cannot load the artifact: {exc}")
+        self.libraries.append(lib)
+        session = self.session
+        session.cuda = lib.cuda.runtime  # error codes through the runtime the artifact uses
+        try:
+            with torch.cuda.stream(session.stream):
+                _load_module(lib)
+                return _check_and_time(
+                    lib, state.spec, manifest.tensors, state.buffers, session, runs, warmup,
+                    checks, lambda info: self.reporter.send("checked", **info), base, started,
+                    vendor=None if paired else state.vendor,
+                )
+        except KernelFault as fault:
+            return failed(fault.status, fault.message)
+        except RuntimeError as exc:
+            seen = _fault_from_torch(exc, session, "the measurement")
+            return failed(seen.status, seen.message)
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    """The watchdog's persistent child; exits without teardown (see :class:`MeasuringWorker`)."""
+    reporter = Reporter.from_env()
+    worker: MeasuringWorker | None = None
+    code = 0
+    try:
+        worker = MeasuringWorker(reporter, args.max_candidates)
+        worker.serve(CommandReader.from_env())
+    except Exception as exc:  # noqa: BLE001 - any runner failure is reported as a status
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        print(traceback.format_exc(), file=sys.stderr)
+        current = worker.current if worker is not None else None
+        code = 1
+        if current is not None:  # in the middle of a command: its answer is a crash
+            try:
+                reporter.send("result", measurement=_child_failure(
+                    current[0], current[1], "crash", f"runner error: {detail}"))
+                code = 0
+            except OSError:
+                pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter and CUDA teardown: after a fault it can block, and nothing is left to do.
+    os._exit(code)
+
+
 # -- command line --------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workers.runner", description=__doc__.split("\n")[0])
     p.add_argument("--bundle", type=Path, help="measure a bundle (as `tsopt measure BUNDLE`)")
     p.add_argument("--artifact", action="append", default=None,
                    help="an artifact directory to measure (repeatable; each isolated)")
-    p.add_argument("--child", choices=("measure", "baseline"), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=("measure", "baseline", "worker"), help=argparse.SUPPRESS)
     p.add_argument("--problem", help=argparse.SUPPRESS)
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--checks", type=int, default=2)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--gpu", type=int, default=None, help="the GPU index to use")
+    p.add_argument("--isolation", choices=ISOLATIONS, default="worker",
+                   help="worker: persistent measuring processes, restarted after any failure "
+                   "(default); process: a fresh process per candidate")
+    p.add_argument("--max-candidates", type=int, default=WORKER_MAX_CANDIDATES,
+                   help="candidates per worker process before it is recycled")
+    p.add_argument("--baseline", choices=BASELINE_MODES, default="once",
+                   help="once: time the vendor once per problem and worker, again every "
+                   "--rebaseline-every candidates and at the end (default); paired: right after "
+                   "each candidate")
+    p.add_argument("--rebaseline-every", type=int, default=REBASELINE_EVERY,
+                   help="with --baseline once: time it again after this many candidates")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.child == "worker":
+        worker_main(args)  # does not return
     if args.child:
         if args.child == "measure":
             args.artifact = (args.artifact or [None])[0]
@@ -868,6 +1198,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --runs {args.runs}: at least {MIN_RUNS} timed runs are needed",
               file=sys.stderr)
         return 2
+    if args.max_candidates < 1 or args.rebaseline_every < 1:
+        print("error: --max-candidates and --rebaseline-every must be at least 1",
+              file=sys.stderr)
+        return 2
+    options = dict(isolation=args.isolation, max_candidates=args.max_candidates,
+                   baseline=args.baseline, rebaseline_every=args.rebaseline_every)
     if args.bundle is not None:
         from rich.console import Console
 
@@ -876,7 +1212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             return measure_bundle(args.bundle, runs=args.runs, warmup=args.warmup,
-                                  limit=args.limit, console=Console())
+                                  limit=args.limit, console=Console(), checks=args.checks,
+                                  gpu=args.gpu, **options)
         except UserInputError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -886,9 +1223,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         def show(_index: int, m: Measurement) -> None:
             print(json.dumps(m.to_dict()), flush=True)
 
+        def note(text: str) -> None:
+            print(text, file=sys.stderr, flush=True)
+
         try:
             measure_artifacts([Path(a) for a in args.artifact], runs=args.runs,
-                              warmup=args.warmup, checks=args.checks, gpu=args.gpu, on_result=show)
+                              warmup=args.warmup, checks=args.checks, gpu=args.gpu,
+                              on_result=show, log=note, **options)
         except MeasureError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -1,0 +1,260 @@
+"""The Hopper TS GEMM space on the CPU: the real TS verifier, tsopt's checks, real sm_90a compiles.
+
+No GPU here: kernels are compiled for sm_90a with ``cute.compile`` and their
+PTX is inspected for what each knob must produce; correctness on hardware is
+``bench/gemm_h200.py`` (results in ``bench/results/``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+from search_spaces import get_space  # noqa: E402
+from search_spaces._gemm_checks import async_consumer_findings, gemm_checks  # noqa: E402
+from search_spaces._gemm_config import MMA_OPS, GemmConfig  # noqa: E402
+from tsopt.genome import Genome  # noqa: E402
+from tsopt.problem import Problem  # noqa: E402
+from tsopt.verifier import VerdictCache, run_ts_checks, verify_genome  # noqa: E402
+
+BIG = Problem.of("gemm", "bf16", m=8192, n=8192, k=8192)
+RAGGED = Problem.of("gemm", "fp16", m=3000, n=2008, k=1000)
+BODY = MMA_OPS  # try_wait, wait, read_stage, wgmma, wgmma_wait, release
+RELEASE_FIRST = ("try_wait", "wait", "read_stage", "wgmma", "release", "wgmma_wait")
+
+
+@pytest.fixture(scope="module")
+def space():
+    return get_space("gemm")
+
+
+def verdict(space, genome: Genome, problem: Problem = BIG):
+    return verify_genome(genome, problem, space=space, cache=VerdictCache())
+
+
+# -- the planted hazards of the asynchronous wgmma consumer ------------------------------
+
+
+def test_release_before_the_wgmma_wait_is_rejected(space) -> None:
+    # One batch in flight, but the loop releases before wait_group(1): the stage of the
+    # batch just issued... no: the *oldest* held stage, whose batch is still unretired.
+    g = space.genome(mma=(RELEASE_FIRST, 1, "release", 1, "tail"))
+    ts = run_ts_checks(space, g, BIG, space.verify_domain(g))
+    assert ts.valid, "TS accepts it: it sees the wgmma as a finished producer work"
+    v = verdict(space, g)
+    assert not v.valid and v.stage == "tsopt" and v.rule == "tsopt.async_release"
+    assert "still in flight" in v.message
+
+
+def test_release_before_the_wait_with_nothing_in_flight_is_rejected_by_ts(space) -> None:
+    # Without a head batch the wait_group after the release is consumer work outside
+    # any wait/release bracket: TS itself rejects it, and tsopt's replay agrees.
+    g = space.genome(mma=(RELEASE_FIRST, 0, "none", 0, "none"))
+    v = verdict(space, g)
+    assert not v.valid and v.stage == "ts" and v.rule == "ts.work_before_wait"
+    rules = {f.rule for f in gemm_checks(space.config(g, BIG))}
+    assert "tsopt.async_release" in rules
+
+
+def test_wait_for_all_but_one_then_release_the_current_stage_is_rejected(space) -> None:
+    # wait_group(1) keeps the batch just issued in flight; releasing the stage it reads
+    # hands it to the producer's next TMA while the wgmma is still reading it.
+    g = space.genome(mma=(BODY, 0, "none", 1, "none"))
+    assert run_ts_checks(space, g, BIG, space.verify_domain(g)).valid
+    v = verdict(space, g)
+    assert not v.valid and v.rule == "tsopt.async_release"
+    assert "stage of K slice 0 released while wgmma batch 0" in v.message
+    rules = {f.rule for f in gemm_checks(space.config(g, BIG))}
+    assert "tsopt.async_acc_read" in rules  # and the epilogue reads a live accumulator
+
+
+def test_delayed_release_without_advancing_the_stage_is_rejected(space) -> None:
+    g = space.genome(advance_on_wait=False)  # the seed holds one stage across iterations
+    v = verdict(space, g)
+    assert not v.valid
+    assert v.rule == "ts.work_before_wait"
+    # tsopt's replay finds it independently: the second wait re-waits the held stage,
+    # so the second wgmma reads K slice 0 again.
+    findings = {f.rule: f.message for f in gemm_checks(space.config(g, BIG))}
+    assert "reads the stage of K slice 0, not slice 1" in findings["tsopt.stage_identity"]
+
+
+def test_reading_the_accumulator_before_the_last_batch_retires_is_rejected(space) -> None:
+    g = space.genome(mma=(BODY, 1, "release", 1, "none"))
+    v = verdict(space, g)
+    assert not v.valid and v.stage == "tsopt"
+    rules = {f.rule for f in gemm_checks(space.config(g, BIG))}
+    assert rules >= {"tsopt.async_release", "tsopt.async_acc_read"}
+
+
+@pytest.mark.parametrize(
+    ("depth", "pending", "safe"),
+    [(0, 0, True), (1, 1, True), (1, 0, True), (2, 2, True), (2, 1, True), (1, 2, False),
+     (2, 3, False)],
+)
+def test_in_flight_depth_against_pending_count(space, depth: int, pending: int, safe: bool) -> None:
+    # Releasing stage k - depth after wait_group(pending) is safe iff pending <= depth.
+    defer, drain = ("release", "tail") if depth else ("none", "none")
+    pending_op = min(pending, 2)
+    g = space.genome(mma=(BODY, depth, defer, pending_op, drain))
+    cfg = space.config(g, BIG)
+    if pending > 2:  # beyond the knob's choices: render the placement by hand
+        ops = tuple((f"wgmma_wait{pending}" if op.startswith("wgmma_wait") and sec == "loop"
+                     else op, sec) for op, sec in cfg.mma_ops)
+        cfg = GemmConfig(**{**cfg.__dict__, "mma_ops": ops})
+    findings = async_consumer_findings(cfg, 16)
+    assert (not findings) == safe, findings
+
+
+# -- verification of the valid knob settings ---------------------------------------------
+
+
+@pytest.mark.parametrize("knobs", [
+    {},
+    {"mma": (BODY, 0, "none", 0, "none"), "advance_on_wait": False},
+    {"mma": (BODY, 2, "release", 2, "tail"), "stages": 5, "tile_k": 32},
+    {"load": (("try_acquire", "acquire", "coords", "tma_load", "commit"), 2, "none")},
+    {"consumers": 1, "tile_m": 64, "producer_wg": "last", "load_warp": 3},
+    {"cluster": "1x2", "producer_regs": 24, "consumer_regs": 240},
+])
+def test_valid_schedules_pass_both_verifiers(space, knobs) -> None:
+    v = verdict(space, space.genome(**knobs))
+    assert v.valid, v.summary()
+
+
+def test_register_and_smem_budgets(space) -> None:
+    v = verdict(space, space.genome(consumer_regs=240, producer_regs=56))
+    assert not v.valid and v.rule == "ts.register_file"
+    v = verdict(space, space.genome(stages=5))  # 5 x 48 KiB of A and B slices
+    assert not v.valid and v.rule == "ts.smem"
+    v = verdict(space, space.genome(tile_m=64))  # two warpgroups cannot split 64 rows
+    assert not v.valid and v.rule == "tsopt.tile_shape"
+
+
+def test_smem_bytes_match_the_ts_allocator(space) -> None:
+    from search_spaces.hopper_gemm import make_task_manager
+
+    for knobs in ({}, {"tile_n": 192, "stages": 5, "tile_k": 32}, {"tile_m": 64, "consumers": 1}):
+        cfg = space.config(space.genome(**knobs), BIG)
+        allocator = make_task_manager(cfg, None, domain=6).smem_allocator
+        assert allocator.total_smem_bytes + allocator.barrier_smem_bytes == cfg.smem_bytes
+
+
+# -- the space interface -------------------------------------------------------------------
+
+
+def test_knobs_seed_and_genome_round_trip(space) -> None:
+    names = {k.name for k in space.knobs(BIG)}
+    assert {"tile_m", "tile_n", "tile_k", "stages", "consumers", "producer_wg", "load_warp",
+            "producer_regs", "consumer_regs", "cluster", "raster", "swizzle", "persistent",
+            "mma.depth", "mma.pending", "load.depth", "mma.body", "load.body"} <= names
+    seed = space.seed_genome(BIG)
+    assert Genome.from_json(seed.to_json()) == seed
+    assert space.dataflow_error(seed) is None
+    cfg = space.config(seed, BIG)
+    assert (cfg.tile_m, cfg.tile_n, cfg.tile_k, cfg.consumers, cfg.inflight) == (128, 256, 64, 2, 1)
+
+
+def test_dataflow_rejects_a_wgmma_before_its_stage(space) -> None:
+    body = ("try_wait", "wait", "wgmma", "read_stage", "wgmma_wait", "release")
+    g = space.genome(mma=(body, 0, "none", 0, "none"))
+    assert "wgmma uses its input before read_stage" in space.dataflow_error(g)
+    assert verdict(space, g).stage == "dataflow"
+
+
+def test_verdict_key_ignores_raster_and_swizzle(space) -> None:
+    a = space.genome(persistent=True)
+    b = space.genome(persistent=True, raster="n", swizzle=8)
+    c = space.genome(persistent=True, stages=3)
+    assert space.verdict_key(a, BIG) == space.verdict_key(b, BIG) != space.verdict_key(c, BIG)
+
+
+def test_enumeration_counts_and_yields_dataflow_legal_genomes(space) -> None:
+    from search_spaces import _gemm_space as S
+
+    enum = space.enumerate(BIG)
+    assert enum.raw == S.placement_count("load") * S.placement_count("mma") * S.gene_count()
+    first = [next(enum.genomes) for _ in range(50)]
+    assert enum.dataflow_legal == 50
+    assert all(space.dataflow_error(g) is None for g in first)
+    assert len({g.hash for g in first}) == 50
+
+
+def test_suggest_samples_every_knob_with_optuna(space) -> None:
+    optuna = pytest.importorskip("optuna")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(8):
+        trial = study.ask()
+        genome = space.suggest(trial, BIG)
+        assert genome.space == "gemm"
+        if not genome["persistent"]:
+            assert "raster" not in trial.params and genome["raster"] == "m"
+        v = verify_genome(genome, BIG, space=space)
+        assert v.stage in ("dataflow", "ts", "tsopt", "ok")
+        study.tell(trial, 1.0 if v.valid else None,
+                   state=None if v.valid else optuna.trial.TrialState.PRUNED)
+
+
+# -- real sm_90a compiles ------------------------------------------------------------------
+
+
+def compile_ptx(space, genome: Genome, problem: Problem) -> str:
+    import cutlass.cute as cute
+
+    spec = space.kernel_spec(genome, problem, "sm_90a")
+    compiled = cute.compile[cute.KeepPTX](spec.host_fn, *spec.compile_args)
+    return compiled.__ptx__
+
+
+@pytest.mark.slow
+def test_seed_compiles_to_warp_specialized_wgmma(space) -> None:
+    ptx = compile_ptx(space, space.seed_genome(BIG), BIG)
+    assert "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx
+    # Two warpgroups x (head + loop) x 4 K steps of m64n256k16.
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16", ptx)) == 16
+    assert "wgmma.wait_group.sync.aligned 1" in ptx  # mma.pending = 1 in the loop
+    assert "wgmma.wait_group.sync.aligned 0" in ptx  # the drain before the epilogue
+    assert "cp.async.bulk.tensor.2d" in ptx and ".multicast::cluster" not in ptx
+    assert ".local" not in ptx  # no spills to local memory
+    assert ".reqntid 384, 1, 1" in ptx
+
+
+@pytest.mark.slow
+def test_persistent_multicast_cluster_compiles(space) -> None:
+    g = space.genome(persistent=True, cluster="2x1", swizzle=8, raster="n",
+                     load=(("coords", "try_acquire", "acquire", "tma_load", "commit"), 1, "none"))
+    assert verdict(space, g).valid
+    ptx = compile_ptx(space, g, BIG)
+    assert ".multicast::cluster" in ptx  # B is shared by the two CTAs of an M-pair
+    assert "barrier.cluster.arrive" in ptx
+
+
+@pytest.mark.slow
+def test_one_consumer_ragged_fp16_compiles_with_predicated_stores(space) -> None:
+    g = space.genome(consumers=1, tile_m=64, tile_n=128, tile_k=32, stages=6, producer_wg="last",
+                     load_warp=3, mma=(BODY, 0, "none", 0, "none"), cluster="1x2")
+    assert verdict(space, g, RAGGED).valid
+    ptx = compile_ptx(space, g, RAGGED)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16", ptx)
+    assert ".reqntid 256, 1, 1" in ptx
+    assert re.search(r"@%p\d+ st\.global\.b32", ptx)  # bounds-predicated D stores
+
+
+@pytest.mark.slow
+def test_seed_builds_an_artifact(space, tmp_path) -> None:
+    from tsopt.artifact import ArtifactManifest
+    from tsopt.builder import build_candidate
+
+    problem = Problem.of("gemm", "bf16", m=512, n=512, k=512)
+    result = build_candidate(space, space.seed_genome(problem), problem, "sm_90a", tmp_path)
+    assert result.ok, result.error
+    assert result.spill_bytes == 0 and result.registers is not None
+    manifest = ArtifactManifest.read(result.artifact_dir)
+    assert [t.name for t in manifest.tensors] == ["a", "b", "d"]
+    assert manifest.launch["cluster"] == [1, 1, 1] and manifest.launch["block"] == [384, 1, 1]
