@@ -13,4 +13,4 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null
-echo "chromium: $(chromium --version)"
+echo "chromium: $(chromium --version 2>/dev/null)"

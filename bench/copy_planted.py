@@ -39,8 +39,9 @@ def planted(space, name: str) -> Genome:  # type: ignore[no-untyped-def]
     if name == "control":
         return space.genome(**base)
     if name == "deadlock":
-        genome = space.genome(store=(STORE_OPS, 2, "release"), advance_on_wait=True,
-                              **{**base, "stages": 1})
+        genome = space.genome(
+            store=(STORE_OPS, 2, "release"), advance_on_wait=True, **{**base, "stages": 1}
+        )
         fault = {"planted.skip_validation": True}
     elif name == "oob_read":
         genome = space.genome(**base)
@@ -69,13 +70,22 @@ def main() -> int:
         genome = planted(space, name)
         verdict = verify_genome(genome, problem, space=space)
         build = build_candidate(space, genome, problem)
-        print(f"{name:10s} {genome.short_hash} verifier: {verdict.summary()[:90]} | build: {build.status}"
-              f" {build.error or ''}")
+        print(
+            f"{name:10s} {genome.short_hash} verifier: {verdict.summary()[:90]} | build: {build.status}"
+            f" {build.error or ''}"
+        )
         if not build.ok:
             return 1
         entries.append(BundleEntry(genome, Path(build.artifact_dir or ""), "planted"))
-    write_bundle(args.out, study=f"planted-{problem.key}", space="copy", problem=problem,
-                 arch="sm_90a", candidates=entries, append=args.out.exists())
+    write_bundle(
+        args.out,
+        study=f"planted-{problem.key}",
+        space="copy",
+        problem=problem,
+        arch="sm_90a",
+        candidates=entries,
+        append=args.out.exists(),
+    )
     print(f"bundle written: {args.out}")
     return 0
 

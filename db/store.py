@@ -1,14 +1,17 @@
 """The store: the one API the rest of tsopt uses to record and read results.
 
 ``Store(url)`` opens (and creates or migrates) the database; every method
-runs in its own short transaction and returns plain data (``tsopt.records``
-and ``db.views``), never ORM objects. Writes are idempotent where a caller
-may repeat them (a candidate proposed twice, a bundle ingested twice), and
-never overwrite a recorded result, so nothing already recorded is lost.
+runs in its own short transaction (or in the caller's ``with store.batch():``)
+and returns plain data (``tsopt.records`` and ``db.views``), never ORM
+objects. Writes are idempotent where a caller may repeat them (a candidate
+proposed twice, a bundle ingested twice) and never overwrite a recorded
+result (the one exception: a cached build failure gives way to a later
+success under the same cache key), so nothing already recorded is lost.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -16,7 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import queries
@@ -49,6 +52,18 @@ Row = TypeVar("Row", bound=Any)
 _OPTUNA_SQLITE_TIMEOUT_S = 30
 
 
+VERDICT_KEY_LENGTH = 255  # tsopt_verdict.verdict_key is VARCHAR(255)
+
+
+def stored_verdict_key(verdict_key: str) -> str:
+    """The verdict key as stored: itself when it fits the column, else ``sha256:<digest>``
+    (a space's key spells out the genes that reach TS and may be longer; SQLite would keep
+    it whole, PostgreSQL refuses it)."""
+    if len(verdict_key) <= VERDICT_KEY_LENGTH:
+        return verdict_key
+    return "sha256:" + hashlib.sha256(verdict_key.encode()).hexdigest()
+
+
 class Store:
     """tsopt's database: studies, candidates, the verdict and build caches, measurements.
 
@@ -62,7 +77,7 @@ class Store:
         self._engine = open_engine(url)
         try:
             upgrade(self._engine)
-        except OperationalError as exc:
+        except DBAPIError as exc:  # unreachable server, bad password, no right to create tables
             self._engine.dispose()
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
             raise UserInputError(
@@ -143,11 +158,14 @@ class Store:
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
 
     def _study_row(self, session: Session, name: str) -> StudyRow:
-        row = session.scalar(select(StudyRow).where(StudyRow.name == name))
+        # Remembered per session: a batch of thousands of writes looks the study up once.
+        known: dict[str, StudyRow] = session.info.setdefault("tsopt_studies", {})
+        row = known.get(name) or session.scalar(select(StudyRow).where(StudyRow.name == name))
         if row is None:
             raise UserInputError(
                 f"no study named {name!r} in {display_url(self._parsed)!r}"
             )
+        known[name] = row
         return row
 
     @staticmethod
@@ -276,6 +294,7 @@ class Store:
     # -- verdict cache ------------------------------------------------------------------
     def find_verdict(self, space: str, verdict_key: str) -> Verdict | None:
         """The cached verdict (``cached=True``; ``genome_hash`` of the genome first judged)."""
+        verdict_key = stored_verdict_key(verdict_key)
         with self._reading() as session:
             row = session.scalar(select(VerdictRow).where(
                 VerdictRow.space == space, VerdictRow.verdict_key == verdict_key,
@@ -286,6 +305,7 @@ class Store:
         self, candidate_id: int, space: str, verdict_key: str, verdict: Verdict,
     ) -> None:
         """Attach the verdict to the candidate, reusing the cached row for the key if present."""
+        verdict_key = stored_verdict_key(verdict_key)
         with self._writing() as session:
             candidate = self._candidate_row(session, candidate_id)
             fresh = VerdictRow(

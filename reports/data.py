@@ -70,7 +70,9 @@ def _convergence(info: StudyInfo, candidates: Sequence[CandidateInfo]) -> dict[s
             continue
         median = best.measurement.median_us
         by_trial.append([position, _num(median)])
-        elapsed = (best.measured_at - info.created_at).total_seconds()
+        # Proposal time, not measurement time: a bundle measured elsewhere is recorded all at
+        # once when ingested, which would pile every point onto one instant.
+        elapsed = (candidate.created_at - info.created_at).total_seconds()
         by_time.append([_num(max(elapsed, 0.0), 6), _num(median)])
     by_time.sort(key=lambda p: (p[0] or 0.0))
     return {"by_trial": by_trial, "by_time": by_time, "proposed": len(candidates)}

@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -59,19 +60,20 @@ def list_studies(store: Store, console: Console) -> int:
     if not studies:
         console.print(f"No studies in {display_url(parse_url(store.url))}.")
         return 0
-    table = Table(title=f"Studies in {display_url(parse_url(store.url))}")
-    for column in ("study", "space", "problem", "arch", "sampler", "status", "proposed", "valid",
-                   "timed", "best", "created"):
-        table.add_column(column, justify="right" if column in ("proposed", "valid", "timed",
-                                                               "best") else "left")
+    table = Table(title=f"Studies in {display_url(parse_url(store.url))}", box=box.SIMPLE_HEAD)
+    # The name is what the user types next: never cut it short.
+    table.add_column("study", overflow="fold", min_width=max(len(s.name) for s in studies))
+    for column in ("space", "problem", "arch", "status"):
+        table.add_column(column, overflow="fold")
+    table.add_column("timed/valid/all", justify="right", no_wrap=True)
+    table.add_column("best", justify="right", no_wrap=True)
     for info in studies:
         funnel = store.funnel(info.name)
         best = store.ranked(info.name, limit=1)
         table.add_row(
-            info.name, info.space, info.problem_key, info.arch, info.sampler, info.status,
-            str(funnel["proposed"]), str(funnel["tsopt_checked"]), str(funnel["timed"]),
+            info.name, info.space, info.problem_key, info.arch, info.status,
+            f"{funnel['timed']}/{funnel['tsopt_checked']}/{funnel['proposed']}",
             f"{best[0].median_us:.4g} µs" if best else "–",
-            info.created_at.strftime("%Y-%m-%d %H:%M"),
         )
     console.print(table)
     console.print("Write one: tsopt report STUDY [--out report.html]")

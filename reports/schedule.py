@@ -91,23 +91,25 @@ def _int_gene(genome: Genome, *names: str) -> int | None:
 def generic_schedule_view(genome: Genome) -> list[TaskView]:
     """Task views from the genome alone.
 
-    Warps come from numeric genes named after the task: ``<task>_warp`` (the
-    task's single warp), ``<task>_warp_idx`` (its first warp),
-    ``<task>_warps`` / ``<task>_num_warps`` (how many) and
-    ``<task>_warpgroups`` (4 warps each). A task with a count but no first
-    warp starts after the previous task; one with no count is shown as
-    ``warps ?``.
+    Warps come from numeric genes named after the task: ``<task>_warp`` or
+    ``<task>_warp_idx`` (its first warp), and ``<task>_warps`` /
+    ``<task>_num_warps`` (how many) or ``<task>_warpgroups`` (4 warps each).
+    A first warp with no count is one warp; a count with no first warp starts
+    after the previous task; a task with neither is shown as ``warps ?``.
+    Templates whose layout is not spelled this way (a producer warp inside a
+    padded warpgroup, say) should give their space a ``schedule_view``.
     """
     views: list[TaskView] = []
     next_free: int | None = 0
     for schedule in genome.schedule:
         task = schedule.task
-        single = _int_gene(genome, f"{task}_warp")
-        first = single if single is not None else _int_gene(genome, f"{task}_warp_idx")
-        count = 1 if single is not None else _int_gene(genome, f"{task}_warps", f"{task}_num_warps")
+        first = _int_gene(genome, f"{task}_warp", f"{task}_warp_idx")
+        count = _int_gene(genome, f"{task}_warps", f"{task}_num_warps")
         groups = _int_gene(genome, f"{task}_warpgroups")
         if count is None and groups is not None:
             count = 4 * groups
+        if count is None and first is not None:
+            count = 1
         if first is None and count is not None:
             first = next_free
         last = first + count - 1 if first is not None and count is not None else None

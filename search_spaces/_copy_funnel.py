@@ -42,23 +42,20 @@ def _ts_ok(verdict: Any) -> bool:
     return bool(verdict.valid or verdict.stage == "tsopt")
 
 
-def copy_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progress | None,
-                sample: int = 200) -> Funnel:
+def copy_funnel(
+    space: Any, problem: Problem, *, judge: Judge, progress: Progress | None, sample: int = 200
+) -> Funnel:
     from search_spaces.copy_tma import (
         LAYOUT_GENES,
-        LOAD_OPS,
-        STORE_OPS,
         STRUCTURE_CHOICES,
-        CopyConfig,
+        config_of,
         copy_checks,
-        placement_of,
     )
 
     start = time.perf_counter()
     space.check_problem(problem)
     knobs = {k.name: k.choices for k in space.raw_knobs(problem)}
     knobs["raster"] = STRUCTURE_CHOICES["raster"]
-    canon = {"load": (LOAD_OPS, 0, "none"), "store": (STORE_OPS, 0, "none")}
     legal = {t: space.legal_placements(t) for t in ("load", "store")}
     n_other = {False: 0, True: 0}  # O combinations per persistence (ctas_per_sm 0 vs > 0)
     ctas = knobs["ctas_per_sm"]
@@ -103,10 +100,14 @@ def copy_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
     persistent_ok = {}
     for aow in aows:
         for stages in stages_choices:
-            genome = space.genome(advance_on_wait=aow, persistent=True, ctas_per_sm=ctas[-1], stages=stages)
+            genome = space.genome(
+                advance_on_wait=aow, persistent=True, ctas_per_sm=ctas[-1], stages=stages
+            )
             persistent_ok[(aow, stages)] = _ts_ok(judge(genome))
     ts_valid_schedules: list[tuple[Any, Any, bool, bool, int]] = []
-    joint_total = sum(len(alive[("load", a)]) * len(alive[("store", a)]) for a in aows) * len(stages_choices)
+    joint_total = sum(len(alive[("load", a)]) * len(alive[("store", a)]) for a in aows) * len(
+        stages_choices
+    )
     done = 0
     for aow in aows:
         for load in alive[("load", aow)]:
@@ -122,21 +123,25 @@ def copy_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
 
     # Counts. Each schedule S pairs with every layout and every O of its persistence.
     ts_valid = sum(len(layout_ok) * n_other[s[3]] for s in ts_valid_schedules)
-    raw = space.placement_count("load") * space.placement_count("store") * space.numeric_count(problem)
+    raw = (
+        space.placement_count("load")
+        * space.placement_count("store")
+        * space.numeric_count(problem)
+    )
     legal_n = len(legal["load"]) * len(legal["store"]) * space.numeric_count(problem)
 
     # 4. tsopt's checks over S-groups x layouts x O (they only see these fields).
     groups: Counter[tuple[Any, ...]] = Counter()
     for load, store, aow, persistent, stages in ts_valid_schedules:
         probe = space.genome(load, store, advance_on_wait=aow, stages=stages)
-        cfg = CopyConfig.from_genome(probe, problem)
+        cfg = config_of(probe, problem)
         identity = [f for f in copy_checks(cfg) if f.rule == "tsopt.stage_identity"]
         if identity:
             continue
         groups[(load[1], store[1], persistent, stages)] += 1
     # Only the domain rule (head depth < chunk) ties a schedule's placement to O, so the
     # other checks are counted once per (stages, persistence, chunk) and reused.
-    base = CopyConfig.from_genome(space.genome(), problem)
+    base = config_of(space.genome(), problem)
     passing: Counter[tuple[int, bool, int]] = Counter()
     for stages, persistent in itertools.product(stages_choices, (False, True)):
         tick("tsopt checks", 0, 0)
@@ -144,8 +149,9 @@ def copy_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
             for values in itertools.product(*(knobs[g] for g in OTHER_GENES)):
                 other = dict(zip(OTHER_GENES, values, strict=True))
                 for c in (c for c in ctas if (c > 0) == persistent):
-                    cfg = dataclasses.replace(base, **genes, **other, persistent=persistent,
-                                              stages=stages, ctas_per_sm=c)
+                    cfg = dataclasses.replace(
+                        base, **genes, **other, persistent=persistent, stages=stages, ctas_per_sm=c
+                    )
                     if not copy_checks(cfg):
                         passing[(stages, persistent, other["chunk"])] += 1
     checked = 0
@@ -166,12 +172,23 @@ def copy_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
         else:
             load, store = rng.choice(legal["load"]), rng.choice(legal["store"])
             persistent, stages = rng.choice((False, True)), rng.choice(stages_choices)
-        layout = rng.choice(layout_ok if rng.random() < 0.7 and layout_ok else [dict(zip(LAYOUT_GENES, v, strict=True)) for v in layouts])
-        return space.genome(load, store, advance_on_wait=aow, persistent=persistent,
-                            ctas_per_sm=ctas[-1] if persistent else 0, stages=stages, **layout)
+        layout = rng.choice(
+            layout_ok
+            if rng.random() < 0.7 and layout_ok
+            else [dict(zip(LAYOUT_GENES, v, strict=True)) for v in layouts]
+        )
+        return space.genome(
+            load,
+            store,
+            advance_on_wait=aow,
+            persistent=persistent,
+            ctas_per_sm=ctas[-1] if persistent else 0,
+            stages=stages,
+            **layout,
+        )
 
     def predicted(genome: Genome) -> bool:
-        cfg = CopyConfig.from_genome(genome, problem)
+        cfg = config_of(genome, problem)
         from search_spaces.copy_tma import knobs_of_placement
 
         load = knobs_of_placement(cfg.load_ops)
@@ -180,10 +197,23 @@ def copy_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
         layout = tuple(genome[g] for g in LAYOUT_GENES)
         return key in valid_keys and layout in layout_keys
 
-    agreement = check_factorisation(space, problem, draw, predicted, sample, progress=progress) if sample else 0
+    agreement = (
+        check_factorisation(space, problem, draw, predicted, sample, progress=progress)
+        if sample
+        else 0
+    )
     return Funnel(
-        space.name, problem.key, raw, legal_n, ts_valid, checked,
-        verifications=judge.calls, verify_seconds=judge.seconds, seconds=time.perf_counter() - start,
+        space.name,
+        problem.key,
+        raw,
+        legal_n,
+        ts_valid,
+        checked,
+        verifications=judge.calls,
+        verify_seconds=judge.seconds,
+        seconds=time.perf_counter() - start,
         method="factorised verification (search_spaces/_copy_funnel.py)",
-        rejections=dict(judge.rejections), sample_size=sample, sample_agreement=agreement,
+        rejections=dict(judge.rejections),
+        sample_size=sample,
+        sample_agreement=agreement,
     )

@@ -287,6 +287,19 @@ class GemmConfig:
         """M or N not a multiple of the tile: the epilogue must predicate its stores."""
         return self.m % self.tile_m != 0 or self.n % self.tile_n != 0
 
+    @property
+    def overhang(self) -> bool:
+        """The launch visits tiles beyond the problem: a grid rounded up to whole clusters,
+        or a persistent raster swizzle rounded up to whole swizzle bands. Their stores
+        must be skipped (their loads are TMA zero fill)."""
+        cm, cn = self.cluster_m, self.cluster_n
+        if self.tiles_m % cm or self.tiles_n % cn:
+            return True
+        if self.persistent and self.swizzle > 1:
+            clusters = self.tiles_n // cn if self.raster == "m" else self.tiles_m // cm
+            return clusters % self.swizzle != 0
+        return False
+
     # -- warp layout -----------------------------------------------------------------
     @property
     def producer_group(self) -> int:

@@ -36,7 +36,12 @@ class Knob:
     doc: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "choices": list(self.choices), "doc": self.doc}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "choices": list(self.choices),
+            "doc": self.doc,
+        }
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,12 @@ class TensorArg:
     dtype: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role, "shape": list(self.shape), "dtype": self.dtype}
+        return {
+            "name": self.name,
+            "role": self.role,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+        }
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,29 @@ class SearchSpace(ABC):
         """A key of only the genes (and problem facts) that can change the verdict."""
 
     # -- build -----------------------------------------------------------------------
+    def source_digest(self) -> str:
+        """Hash of the template's source files: part of the build cache key, so an edited
+        template never reuses an artifact built from the old code."""
+        import hashlib
+        import inspect
+        import sys
+
+        digest = hashlib.sha256()
+        for module_name in sorted(self.source_modules()):
+            module = sys.modules.get(module_name)
+            if module is not None:
+                digest.update(inspect.getsource(module).encode())
+        return digest.hexdigest()[:16]
+
+    def source_modules(self) -> tuple[str, ...]:
+        """Modules whose code ends up in this space's kernels."""
+        return (type(self).__module__,)
+
+    def export_source(self, genome: Genome, problem: Problem, arch: str, header: str) -> str:
+        """A standalone ``kernel.py`` for this candidate: the template with its schedule written
+        out literally, checking itself against torch when run (``tsopt export``)."""
+        raise NotImplementedError(f"space {self.name!r} cannot export kernel source yet")
+
     @abstractmethod
     def kernel_spec(self, genome: Genome, problem: Problem, arch: str) -> KernelSpec:
         """The host function and fake arguments that compile this genome for ``problem``."""

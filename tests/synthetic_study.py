@@ -10,10 +10,11 @@ as a figure.
 from __future__ import annotations
 
 import random
+from functools import cache
 from itertools import product
 
 from db.store import Store
-from tsopt.genome import Genome
+from tsopt.genome import Genome, Section
 from tsopt.problem import Problem
 from tsopt.records import BuildResult, Measurement, Verdict
 
@@ -31,7 +32,7 @@ REJECTIONS = (
 )
 
 
-def genome(stages: int, box_cols: int, store_warps: int, release: str, prefetch: int,
+def genome(stages: int, box_cols: int, store_warps: int, release: Section, prefetch: int,
            grid: int, cadence: int) -> Genome:
     return Genome.make(
         SPACE,
@@ -46,21 +47,29 @@ def genome(stages: int, box_cols: int, store_warps: int, release: str, prefetch:
     )
 
 
-def all_genomes(count: int) -> list[Genome]:
-    grid = product(range(1, 9), (32, 64, 128, 256), (1, 2, 4), ("loop", "tail"), (0, 1),
+@cache
+def _every_genome() -> tuple[Genome, ...]:
+    releases: tuple[Section, ...] = ("loop", "tail")
+    grid = product(range(1, 9), (32, 64, 128, 256), (1, 2, 4), releases, (0, 1),
                    (16, 32, 48, 64, 96, 132, 192, 264, 528, 792, 1056, 2112), (1, 2, 3))
     genomes = [genome(*g) for g in grid]
+    random.Random(1).shuffle(genomes)
+    return tuple(genomes)
+
+
+def all_genomes(count: int) -> list[Genome]:
+    genomes = _every_genome()
     if count > len(genomes):
         raise ValueError(f"at most {len(genomes)} synthetic genomes, asked for {count}")
-    random.Random(1).shuffle(genomes)
-    return genomes[:count]
+    return list(genomes[:count])
 
 
 def synthetic_time_us(g: Genome, rng: random.Random) -> float:
     """Made-up: more stages, wider boxes, a fuller grid are faster, with noise."""
     stages, box, grid = int(g["stages"]), int(g["box_cols"]), int(g["grid"])  # type: ignore[arg-type]
     base = 18.0 + 400.0 / (stages * box / 32) ** 0.8 + 4000.0 / grid
-    return base * (1.1 if g["prefetch"] == 0 else 1.0) * rng.uniform(0.97, 1.03)
+    slower = 1.1 if g["prefetch"] == 0 else 1.0
+    return float(base * slower * rng.uniform(0.97, 1.03))
 
 
 def make_study(store: Store, name: str, count: int, *, timed: bool = True, seed: int = 0) -> str:
@@ -71,7 +80,8 @@ def make_study(store: Store, name: str, count: int, *, timed: bool = True, seed:
     hang; the rest get a synthetic timing.
     """
     rng = random.Random(seed)
-    store.create_or_get_study(name, SPACE, PROBLEM, "sm_90a", "tpe", {"trials": count, "seed": seed})
+    config = {"trials": count, "seed": seed}
+    store.create_or_get_study(name, SPACE, PROBLEM, "sm_90a", "tpe", config)
     with store.batch():
         for number, g in enumerate(all_genomes(count)):
             cid = store.add_candidate(name, g, "suggest" if number else "seed", trial_number=number)

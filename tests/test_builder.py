@@ -21,15 +21,28 @@ def built(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     cache = tmp_path_factory.mktemp("artifacts")
     genomes = [
         space.genome(stages=3, box_rows=16, box_cols=128),
-        space.genome(persistent=True, ctas_per_sm=2, raster="col", vector=4, store_warps=2,
-                     store_warp=4, load_warp=0),
+        space.genome(
+            persistent=True,
+            ctas_per_sm=2,
+            raster="col",
+            vector=4,
+            store_warps=2,
+            store_warp=4,
+            load_warp=0,
+        ),
     ]
-    return space, cache, genomes, [build_candidate(space, g, PROBLEM, "sm_90a", cache) for g in genomes]
+    return (
+        space,
+        cache,
+        genomes,
+        [build_candidate(space, g, PROBLEM, "sm_90a", cache) for g in genomes],
+    )
 
 
 def _symbols(library: Path) -> set[str]:
-    out = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    ).stdout
     return {line.split()[-1] for line in out.splitlines() if line.strip()}
 
 
@@ -45,7 +58,14 @@ def test_valid_candidates_build_to_loadable_libraries(built) -> None:  # type: i
         assert result.registers and result.registers > 0  # read from the cubin
         assert result.spill_bytes == 0
         directory = Path(result.artifact_dir or "")
-        for name in ("kernel.h", "kernel.o", "shim.c", "libkernel.so", "artifact.json", "kernel.cubin"):
+        for name in (
+            "kernel.h",
+            "kernel.o",
+            "shim.c",
+            "libkernel.so",
+            "artifact.json",
+            "kernel.cubin",
+        ):
             assert (directory / name).exists(), name
         assert {"tsopt_load", "tsopt_launch"} <= _symbols(directory / "libkernel.so")
         manifest = ArtifactManifest.read(directory)
@@ -54,7 +74,11 @@ def test_valid_candidates_build_to_loadable_libraries(built) -> None:  # type: i
         assert manifest.tensors[0].shape == (1024, 2048) and manifest.tensors[0].dtype == "bf16"
         library = ctypes.CDLL(str(directory / "libkernel.so"))
         library.tsopt_launch.restype = ctypes.c_int
-        library.tsopt_launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_void_p]
+        library.tsopt_launch.argtypes = [
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.c_int,
+            ctypes.c_void_p,
+        ]
         # Not loaded yet (and no GPU here): the shim refuses rather than launching.
         assert library.tsopt_launch(None, 2, None) == -1
         # No GPU on this machine: loading reports a CUDA error code instead of crashing.
@@ -72,8 +96,9 @@ def test_artifacts_are_cached_by_genome_problem_arch_and_versions(built) -> None
     space, cache, genomes, results = built
     again = build_candidate(space, genomes[0], PROBLEM, "sm_90a", cache)
     assert again.cache_hit and again.artifact_dir == results[0].artifact_dir
-    other = build_candidate(space, genomes[0], Problem.of("copy", "bf16", rows=2048, cols=2048),
-                            "sm_90a", cache)
+    other = build_candidate(
+        space, genomes[0], Problem.of("copy", "bf16", rows=2048, cols=2048), "sm_90a", cache
+    )
     assert other.ok and other.cache_key != results[0].cache_key
     record = json.loads((Path(results[0].artifact_dir or "") / "build.json").read_text())
     assert record["versions"]["nvidia-cutlass-dsl"] == "4.8.1"

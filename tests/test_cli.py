@@ -16,8 +16,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def tsopt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "tsopt", *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=env, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "tsopt", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env=env,
+        timeout=600,
+        check=False,
+    )
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -30,7 +37,16 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
 def test_help_lists_every_command() -> None:
     result = tsopt("--help")
     assert result.returncode == 0
-    for command in ("tune", "verify", "measure", "ingest", "report", "export", "spaces", "dashboard"):
+    for command in (
+        "tune",
+        "verify",
+        "measure",
+        "ingest",
+        "report",
+        "export",
+        "spaces",
+        "dashboard",
+    ):
         assert command in result.stdout
 
 
@@ -51,8 +67,11 @@ def test_verify_prints_valid_or_the_rule(tmp_path: Path) -> None:
     result = tsopt("verify", str(good))
     assert result.returncode == 0 and "valid" in result.stdout
     bad = tmp_path / "bad.json"
-    bad.write_text(space.genome(load=(("coords", "try_acquire", "acquire", "commit", "tma_load"), 0,
-                                      "none")).to_json())
+    bad.write_text(
+        space.genome(
+            load=(("coords", "try_acquire", "acquire", "commit", "tma_load"), 0, "none")
+        ).to_json()
+    )
     result = tsopt("verify", str(bad), "--problem", "copy:fp16:1024x1024")
     assert result.returncode == 1
     assert "ts.missing_commit" in result.stdout and "Traceback" not in result.stderr
@@ -68,13 +87,18 @@ def test_verify_prints_valid_or_the_rule(tmp_path: Path) -> None:
         (["tune", "copy", "--rows", "64", "--cols", "96"], "cols=96 is not a multiple of 64"),
         (["tune", "copy", "--rows", "64", "--cols", "64", "--trials", "0"], "--trials 0"),
         (["tune", "copy", "--rows", "64", "--cols", "64", "--time", "soon"], "--time 'soon'"),
-        (["tune", "copy", "--rows", "64", "--cols", "64", "--sampler", "magic"], "--sampler 'magic'"),
+        (
+            ["tune", "copy", "--rows", "64", "--cols", "64", "--sampler", "magic"],
+            "--sampler 'magic'",
+        ),
         (["spaces", "nope"], "unknown search space 'nope'"),
         (["verify", "/no/such/genome.json"], "cannot read genome file '/no/such/genome.json'"),
         (["verify", "GENOME", "--problem", "copy:fp16:4096"], "needs 2 sizes"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str, tmp_path: Path) -> None:
+def test_bad_input_is_one_line_and_exit_code_2(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
     genome = tmp_path / "g.json"
     genome.write_text(get_space("copy").genome().to_json())
     args = [str(genome) if a == "GENOME" else a for a in args]
@@ -100,8 +124,23 @@ def test_malformed_genome_files(text: str, message: str, tmp_path: Path) -> None
 
 
 def test_tune_copy_without_a_gpu_builds_records_and_bundles(tmp_path: Path) -> None:
-    result = tsopt("tune", "copy", "--rows", "512", "--cols", "1024", "--dtype", "fp16",
-                   "--trials", "6", "--sampler", "random", "--seed", "4", cwd=tmp_path)
+    result = tsopt(
+        "tune",
+        "copy",
+        "--rows",
+        "512",
+        "--cols",
+        "1024",
+        "--dtype",
+        "fp16",
+        "--trials",
+        "6",
+        "--sampler",
+        "random",
+        "--seed",
+        "4",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Nothing was timed: no GPU is present" in " ".join(result.stdout.split())
     bundle = tmp_path / ".tsopt" / "bundles" / "copy-fp16-512x1024-sm_90a"

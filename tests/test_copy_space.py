@@ -11,7 +11,7 @@ import pytest
 import search_spaces.copy_tma as copy_tma
 from db.store import Store
 from search_spaces import get_space
-from search_spaces.copy_tma import LOAD_OPS, STORE_OPS, CopyConfig, placement_of
+from search_spaces.copy_tma import LOAD_OPS, STORE_OPS, config_of, placement_of
 from tsopt.funnel import Judge, exhaustive_funnel
 from tsopt.genome import Genome
 from tsopt.problem import Problem, ProblemError
@@ -58,25 +58,45 @@ def test_enumerator_counts(space) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_factorised_funnel_equals_exhaustive_verification_on_a_subspace(
-    space, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    space,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
     """On a sub-space small enough to verify every genome, the factorised count is exact."""
     bodies = {
-        "load": (LOAD_OPS, ("try_acquire", "acquire", "coords", "tma_load", "commit"),
-                 ("coords", "try_acquire", "acquire", "commit", "tma_load")),
-        "store": (STORE_OPS, ("try_wait", "wait", "read", "store", "release"),
-                  ("try_wait", "wait", "release", "read", "store")),
+        "load": (
+            LOAD_OPS,
+            ("try_acquire", "acquire", "coords", "tma_load", "commit"),
+            ("coords", "try_acquire", "acquire", "commit", "tma_load"),
+        ),
+        "store": (
+            STORE_OPS,
+            ("try_wait", "wait", "read", "store", "release"),
+            ("try_wait", "wait", "release", "read", "store"),
+        ),
     }
     monkeypatch.setattr(copy_tma, "BODIES", bodies)
-    small = dict(copy_tma.NUMERIC_CHOICES, stages=(1, 4), box_rows=(32,), box_cols=(128,),
-                 store_warps=(4,), store_warp=(0, 4), load_warp=(4, 8), load_regs=(40,),
-                 store_regs=(168,), chunk=(2, 8), ctas_per_sm=(0,), vector=(8,))
+    small = dict(
+        copy_tma.NUMERIC_CHOICES,
+        stages=(1, 4),
+        box_rows=(32,),
+        box_cols=(128,),
+        store_warps=(4,),
+        store_warp=(0, 4),
+        load_warp=(4, 8),
+        load_regs=(40,),
+        store_regs=(168,),
+        chunk=(2, 8),
+        ctas_per_sm=(0,),
+        vector=(8,),
+    )
     monkeypatch.setattr(copy_tma, "NUMERIC_CHOICES", small)
-    monkeypatch.setattr(copy_tma, "STRUCTURE_CHOICES",
-                        dict(copy_tma.STRUCTURE_CHOICES, raster=("row",)))
+    monkeypatch.setattr(
+        copy_tma, "STRUCTURE_CHOICES", dict(copy_tma.STRUCTURE_CHOICES, raster=("row",))
+    )
     exhaustive = exhaustive_funnel(space, PROBLEM, Judge(space, PROBLEM, VerdictCache()), None)
-    factorised = space.funnel(PROBLEM, judge=Judge(space, PROBLEM, VerdictCache()), progress=None,
-                              sample=0)
+    factorised = space.funnel(
+        PROBLEM, judge=Judge(space, PROBLEM, VerdictCache()), progress=None, sample=0
+    )
     assert exhaustive.raw == factorised.raw
     assert exhaustive.dataflow_legal == factorised.dataflow_legal
     assert exhaustive.ts_valid == factorised.ts_valid
@@ -101,33 +121,62 @@ def test_full_funnel_and_its_factorisation_check(space) -> None:  # type: ignore
 PLANTED = {
     "release_before_consumer_work": (
         lambda s: s.genome(store=(("try_wait", "wait", "release", "read", "store"), 0, "none")),
-        "ts", "ts.missing_release"),
+        "ts",
+        "ts.missing_release",
+    ),
     "consumer_without_wait": (
         lambda s: s.genome().with_schedule(
-            "store", [("try_wait", "loop"), ("read", "loop"), ("release", "loop"), ("store", "loop")]),
-        "ts", "ts.unconsumed_commit"),
+            "store",
+            [("try_wait", "loop"), ("read", "loop"), ("release", "loop"), ("store", "loop")],
+        ),
+        "ts",
+        "ts.unconsumed_commit",
+    ),
     "commit_before_producer_work": (
-        lambda s: s.genome(load=(("coords", "try_acquire", "acquire", "commit", "tma_load"), 0, "none")),
-        "ts", "ts.missing_commit"),
+        lambda s: s.genome(
+            load=(("coords", "try_acquire", "acquire", "commit", "tma_load"), 0, "none")
+        ),
+        "ts",
+        "ts.missing_commit",
+    ),
     "acquire_without_commit": (
         lambda s: s.genome().with_schedule(
-            "load", [("coords", "loop"), ("try_acquire", "loop"), ("acquire", "loop"), ("tma_load", "loop")]),
-        "ts", "ts.deadlock"),
+            "load",
+            [
+                ("coords", "loop"),
+                ("try_acquire", "loop"),
+                ("acquire", "loop"),
+                ("tma_load", "loop"),
+            ],
+        ),
+        "ts",
+        "ts.deadlock",
+    ),
     "consumer_group_not_matching_store_warps": (
         lambda s: with_fault(s.genome(), consumer_threads=96),
-        "ts", "ts.group_size"),
+        "ts",
+        "ts.group_size",
+    ),
     "two_tasks_on_the_same_warps": (
         lambda s: s.genome(load_warp=0, store_warp=0, load_regs=40, store_regs=40),
-        "tsopt", "tsopt.warp_overlap"),
+        "tsopt",
+        "tsopt.warp_overlap",
+    ),
     "delayed_release_without_advance_on_wait": (
         lambda s: s.genome(store=(STORE_OPS, 1, "release")),
-        "tsopt", "tsopt.stage_identity"),
+        "tsopt",
+        "tsopt.stage_identity",
+    ),
     "in_flight_deeper_than_stages": (
         lambda s: s.genome(store=(STORE_OPS, 2, "release"), advance_on_wait=True, stages=1),
-        "ts", "ts.deadlock"),
+        "ts",
+        "ts.deadlock",
+    ),
     "token_used_before_produced": (
         lambda s: s.genome(store=(("try_wait", "wait", "store", "read", "release"), 0, "none")),
-        "dataflow", "dataflow"),
+        "dataflow",
+        "dataflow",
+    ),
 }
 
 
@@ -181,9 +230,14 @@ def test_verdicts_are_cached_by_the_genes_that_can_change_them(space) -> None:  
 
 
 def test_tsopt_checks_resource_feasibility(space) -> None:  # type: ignore[no-untyped-def]
-    rules = {f.rule for f in space.tsopt_checks(space.genome(stages=8, box_rows=128, box_cols=256), PROBLEM)}
+    rules = {
+        f.rule
+        for f in space.tsopt_checks(space.genome(stages=8, box_rows=128, box_cols=256), PROBLEM)
+    }
     assert "tsopt.smem" in rules
-    spills = space.genome(store_warps=1, box_rows=128, box_cols=128, store_regs=64, store_warp=4, load_warp=0)
+    spills = space.genome(
+        store_warps=1, box_rows=128, box_cols=128, store_regs=64, store_warp=4, load_warp=0
+    )
     assert "tsopt.registers" in {f.rule for f in space.tsopt_checks(spills, PROBLEM)}
     odd = Problem.of("copy", "fp16", rows=4096 + 8, cols=4096)
     assert "tsopt.tile_divisibility" in {f.rule for f in space.tsopt_checks(space.genome(), odd)}
@@ -197,7 +251,7 @@ def test_problem_checks(space) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_derived_padding_covers_every_warp_group(space) -> None:  # type: ignore[no-untyped-def]
-    cfg = CopyConfig.from_genome(space.genome(store_warps=2, store_warp=4, load_warp=0), PROBLEM)
+    cfg = config_of(space.genome(store_warps=2, store_warp=4, load_warp=0), PROBLEM)
     owned = {0, 4, 5} | {w for first, n, _ in cfg.padding() for w in range(first, first + n)}
     assert owned == set(range(cfg.block_warps))
     regs = {w: r for first, n, r in cfg.padding() for w in range(first, first + n)}

@@ -12,8 +12,15 @@ from tsopt.problem import Problem, ProblemError
 def sample() -> Genome:
     return Genome.make(
         "copy",
-        {"load": [("coords", "head"), ("tma_load", "head"), ("coords", "loop"), ("tma_load", "loop")],
-         "store": [("wait", "loop"), ("read", "loop"), ("release", "tail")]},
+        {
+            "load": [
+                ("coords", "head"),
+                ("tma_load", "head"),
+                ("coords", "loop"),
+                ("tma_load", "loop"),
+            ],
+            "store": [("wait", "loop"), ("read", "loop"), ("release", "tail")],
+        },
         {"persistent": True, "raster": "col"},
         {"stages": 4, "box": (32, 128)},
     )
@@ -60,12 +67,21 @@ def test_accessors() -> None:
         ("{not json", "not valid JSON"),
         ("[1, 2]", "must be a JSON object"),
         ('{"schedule": {}}', "no 'space' field"),
-        ('{"space": "copy", "schedule": {"load": [["acquire", "middle"]]}}', "section must be one of"),
-        ('{"space": "copy", "schedule": {"load": [["acquire"]]}}', r"each op must be \[op, section\]"),
+        (
+            '{"space": "copy", "schedule": {"load": [["acquire", "middle"]]}}',
+            "section must be one of",
+        ),
+        (
+            '{"space": "copy", "schedule": {"load": [["acquire"]]}}',
+            r"each op must be \[op, section\]",
+        ),
         ('{"space": "copy", "numeric": {"stages": 1.5}}', "unsupported value 1.5"),
         ('{"space": "copy", "colour": 1}', "unknown genome field"),
         ('{"space": "copy", "format": 9}', "unsupported genome format 9"),
-        ('{"space": "copy", "schedule": {"load": [["a", "tail"], ["b", "head"]]}}', "head, then loop"),
+        (
+            '{"space": "copy", "schedule": {"load": [["a", "tail"], ["b", "head"]]}}',
+            "head, then loop",
+        ),
     ],
 )
 def test_malformed_documents_name_the_problem(text: str, match: str) -> None:

@@ -217,7 +217,8 @@ def test_seed_compiles_to_warp_specialized_wgmma(space) -> None:
     assert "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
     assert "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx
     # Two warpgroups x (head + loop) x 4 K steps of m64n256k16.
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16", ptx)) == 16
+    wgmma = r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16"
+    assert len(re.findall(wgmma, ptx)) == 16
     assert "wgmma.wait_group.sync.aligned 1" in ptx  # mma.pending = 1 in the loop
     assert "wgmma.wait_group.sync.aligned 0" in ptx  # the drain before the epilogue
     assert "cp.async.bulk.tensor.2d" in ptx and ".multicast::cluster" not in ptx
@@ -243,7 +244,21 @@ def test_one_consumer_ragged_fp16_compiles_with_predicated_stores(space) -> None
     ptx = compile_ptx(space, g, RAGGED)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16", ptx)
     assert ".reqntid 256, 1, 1" in ptx
-    assert re.search(r"@%p\d+ st\.global\.b32", ptx)  # bounds-predicated D stores
+    stores = re.findall(r"st\.global\.b32[^\n]*\n(\$L__BB)?", ptx)
+    assert stores and all(stores)  # every D store is the last op of a bounds-guarded block
+
+
+@pytest.mark.slow
+def test_tiles_past_the_problem_store_nothing(space) -> None:
+    # One 128-row tile of M, a 2x1 cluster: the launch rounds up to two M tiles, and the
+    # second one's stores must be skipped; an exact problem needs no guard at all.
+    small_m = Problem.of("gemm", "bf16", m=128, n=8192, k=8192)
+    g = space.genome(cluster="2x1")
+    assert space.config(g, small_m).overhang and not space.config(g, BIG).overhang
+    guarded = re.findall(r"st\.global\.b32[^\n]*\n(\$L__BB)?", compile_ptx(space, g, small_m))
+    assert guarded and all(guarded)
+    swizzled = space.genome(persistent=True, swizzle=8)  # 1024 / 256 = 4 N tiles < 8
+    assert space.config(swizzled, Problem.of("gemm", "bf16", m=8192, n=1024, k=8192)).overhang
 
 
 @pytest.mark.slow

@@ -54,7 +54,8 @@ def db_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with Store(url) as store:
         started = time.perf_counter()
         make_study(store, "big", BIG, seed=1)
-        print(f"\nsynthetic 10,000-candidate study recorded in {time.perf_counter() - started:.1f} s")
+        elapsed = time.perf_counter() - started
+        print(f"\nSYNTHETIC 10,000-candidate study recorded in {elapsed:.1f} s")
         make_study(store, "small", 300, seed=2)
         make_study(store, "untimed", 200, timed=False, seed=3)
         store.create_or_get_study("empty", SPACE, PROBLEM, "sm_90a", "random", {})
@@ -68,7 +69,9 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
         yield opened
 
 
-def write_report(db_url: str, out: Path, study: str | None, compare: list[str] | None = None) -> Path:
+def write_report(
+    db_url: str, out: Path, study: str | None, compare: list[str] | None = None,
+) -> Path:
     console = Console(record=True, width=200)
     assert report_command(study, out, compare or [], db_url, console) == 0
     assert out.is_file(), console.export_text()
@@ -109,15 +112,17 @@ def plots(browser: Chromium) -> list[dict[str, Any]]:
 
 
 def column(browser: Chromium, study: str, index: int) -> list[str]:
-    return browser.evaluate(
+    cells: list[str] = browser.evaluate(
         f"Array.from(document.querySelectorAll('article[data-study=\"{study}\"] "
         f"table.candidates tbody tr')).map(r => r.children[{index}].textContent)"
     )
+    return cells
 
 
 # -- the page in a browser --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_timed_study_renders_every_plot_and_the_table_sorts_on_click(
     db_url: str, browser: Chromium, tmp_path: Path,
 ) -> None:
@@ -139,7 +144,8 @@ def test_a_timed_study_renders_every_plot_and_the_table_sorts_on_click(
         "Array.from(document.querySelectorAll('table.rejections tbody tr'))"
         ".map(r => Array.from(r.children).map(c => c.textContent))")
     assert shown == [[r.stage, r.rule, str(r.count), r.example] for r in rejections]
-    best_text = browser.evaluate("document.querySelector('[data-section=best] .kpi .v').textContent")
+    best_text = browser.evaluate(
+        "document.querySelector('[data-section=best] .kpi .v').textContent")
     assert best_text == f"{float(f'{ranked[0].median_us:.4g}'):g} \u00b5s"
 
     # The table: the fastest 100, in rank order; a click on a header re-sorts the rows.
@@ -172,11 +178,13 @@ def test_a_timed_study_renders_every_plot_and_the_table_sorts_on_click(
         "document.querySelector('article[data-study=small] table.candidates tbody tr:nth-child(5)')"
         ".dataset.hash")
     browser.click("article[data-study=small] table.candidates tbody tr:nth-child(5)")
-    caption = browser.evaluate("document.querySelector('[data-plot=timeline] figcaption').textContent")
+    caption = browser.evaluate(
+        "document.querySelector('[data-plot=timeline] figcaption').textContent")
     assert other[:12] in caption
     assert browser.console_errors == []
 
 
+@pytest.mark.slow
 def test_a_study_with_nothing_timed_says_so(db_url: str, browser: Chromium, tmp_path: Path) -> None:
     path = write_report(db_url, tmp_path / "untimed.html", "untimed")
     open_page(browser, path)
@@ -190,6 +198,7 @@ def test_a_study_with_nothing_timed_says_so(db_url: str, browser: Chromium, tmp_
     assert "nothing timed yet" in note
 
 
+@pytest.mark.slow
 def test_an_empty_study_renders(db_url: str, browser: Chromium, tmp_path: Path) -> None:
     path = write_report(db_url, tmp_path / "empty.html", "empty")
     open_page(browser, path)
@@ -199,6 +208,7 @@ def test_an_empty_study_renders(db_url: str, browser: Chromium, tmp_path: Path) 
         "document.querySelector('[data-section=schedule]').textContent")
 
 
+@pytest.mark.slow
 def test_two_studies_side_by_side(db_url: str, browser: Chromium, tmp_path: Path) -> None:
     # `tsopt report --compare small untimed` arrives as compare=["small"], study="untimed".
     path = write_report(db_url, tmp_path / "cmp.html", "untimed", ["small"])
@@ -216,6 +226,7 @@ def test_two_studies_side_by_side(db_url: str, browser: Chromium, tmp_path: Path
     assert by_study == {"small": PLOTS_TIMED, "untimed": {"funnel", "rejections", "timeline"}}
 
 
+@pytest.mark.slow
 def test_ten_thousand_candidates_stay_small_and_load_fast(
     db_url: str, browser: Chromium, tmp_path: Path, record_property: Any,
 ) -> None:
@@ -250,15 +261,19 @@ def test_ten_thousand_candidates_stay_small_and_load_fast(
 # -- the command ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_no_study_lists_them(db_url: str) -> None:
     console = Console(record=True, width=240)
     assert report_command(None, None, [], db_url, console) == 0
     text = console.export_text()
-    for name in ("big", "small", "untimed", "empty"):
-        assert re.search(rf"\b{name}\b", text), text
-    assert "10000" in text
+    with Store(db_url) as store:
+        for name in ("big", "small", "untimed", "empty"):
+            f = store.funnel(name)
+            counts = f"{f['timed']}/{f['tsopt_checked']}/{f['proposed']}"
+            assert re.search(rf"^\s*{name}\b.*\s{counts}\s", text, re.MULTILINE), text
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_clear_line(db_url: str, tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match=r"no study named 'nope'; studies in the database: "
                                              r"big, empty, small, untimed"):
@@ -281,6 +296,7 @@ def test_compare_takes_exactly_two_studies() -> None:
         _study_names(None, ["a", "a"])
 
 
+@pytest.mark.slow
 def test_the_cli_writes_a_report_and_refuses_an_unknown_study(db_url: str, tmp_path: Path) -> None:
     out = tmp_path / "nested" / "cli.html"
     ok = subprocess.run(
@@ -290,7 +306,8 @@ def test_the_cli_writes_a_report_and_refuses_an_unknown_study(db_url: str, tmp_p
     assert ok.returncode == 0, ok.stderr
     assert out.is_file() and "Wrote" in ok.stdout
     page = out.read_text()
-    assert not re.search(r"<(script|link|img|iframe)\b[^>]*\b(src|href)=", page), "not self-contained"
+    external = re.search(r"<(script|link|img|iframe)\b[^>]*\b(src|href)=", page)
+    assert external is None, f"not self-contained: {external.group(0) if external else ''}"
     bad = subprocess.run(
         [sys.executable, "-m", "tsopt", "report", "nope", "--db", db_url],
         cwd=REPO, capture_output=True, text=True, timeout=120,
@@ -334,6 +351,12 @@ def test_generic_schedule_view_reads_warps_from_genes() -> None:
     ]
     assert [op.kind for op in views[0].ops] == ["acquire", "acquire", "work", "commit"]
     assert [op.kind for op in views[1].ops] == ["wait", "work", "release"]
+    # The copy template's spelling: store warps from store_warp, load warp after them.
+    copy_like = Genome.make(
+        "nospace", schedule={"load": [("acquire", "loop")], "store": [("wait", "loop")]},
+        numeric={"load_warp": 4, "store_warp": 0, "store_warps": 4},
+    )
+    assert [v.warps_label for v in generic_schedule_view(copy_like)] == ["warp 4", "warps 0\u20133"]
     unknown = generic_schedule_view(Genome.make("nospace", schedule={"t": [("x", "loop")]}))
     assert unknown[0].warps_label == "warps ?"
 
@@ -376,6 +399,7 @@ def _free_port() -> int:
         return port
 
 
+@pytest.mark.slow
 def test_dashboard_serves_the_optuna_studies_of_the_same_database(tmp_path: Path) -> None:
     import importlib.util
 
@@ -409,3 +433,22 @@ def test_dashboard_serves_the_optuna_studies_of_the_same_database(tmp_path: Path
         server.wait(timeout=20)
         if server.stdout is not None:
             server.stdout.close()
+
+
+def test_the_copy_spaces_seed_schedule_shows_its_warp_layout() -> None:
+    from search_spaces import get_space
+    from tsopt.problem import Problem
+
+    space = get_space("copy")
+    seed = space.seed_genome(Problem.of("copy", "fp16", rows=4096, cols=4096))
+    views, note = schedule_view(seed)
+    store_first, store_count = int(seed["store_warp"]), int(seed["store_warps"])  # type: ignore[arg-type]
+    expected = {
+        "load": f"warp {seed['load_warp']}",
+        "store": f"warps {store_first}\u2013{store_first + store_count - 1}"
+        if store_count > 1 else f"warp {store_first}",
+    }
+    assert {v.task: v.warps_label for v in views} == expected, note
+    assert [(op.name, op.section) for v in views for op in v.ops] == [
+        (p.op, p.section) for t in seed.schedule for p in t.ops
+    ]

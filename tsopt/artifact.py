@@ -46,7 +46,12 @@ class TensorDesc:
     dtype: str  # "fp16" | "bf16"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role, "shape": list(self.shape), "dtype": self.dtype}
+        return {
+            "name": self.name,
+            "role": self.role,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+        }
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,11 @@ class Toolchain:
     dsl_runtime: Path
 
     def describe(self) -> dict[str, str]:
-        return {"cc": self.cc, "cuda_include": str(self.cuda_include), "dsl_runtime": str(self.dsl_runtime)}
+        return {
+            "cc": self.cc,
+            "cuda_include": str(self.cuda_include),
+            "dsl_runtime": str(self.dsl_runtime),
+        }
 
 
 def _dsl_root() -> Path:
@@ -96,7 +100,9 @@ def find_toolchain() -> Toolchain:
         )
     runtime = next(_dsl_root().glob("cu*/lib/libcuda_dialect_runtime_static.a"), None)
     if runtime is None:
-        raise ToolchainError("libcuda_dialect_runtime_static.a not found in the nvidia-cutlass-dsl wheel")
+        raise ToolchainError(
+            "libcuda_dialect_runtime_static.a not found in the nvidia-cutlass-dsl wheel"
+        )
     return Toolchain(cc, cuda_include, cuda_lib, runtime)
 
 
@@ -104,7 +110,11 @@ def find_toolchain() -> Toolchain:
 def tool_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    versions = {"tsopt": tsopt.__version__, "builder": BUILDER_VERSION, "python": sys.version.split()[0]}
+    versions = {
+        "tsopt": tsopt.__version__,
+        "builder": BUILDER_VERSION,
+        "python": sys.version.split()[0],
+    }
     for package in ("nvidia-cutlass-dsl",):
         try:
             versions[package] = version(package)
@@ -113,9 +123,10 @@ def tool_versions() -> dict[str, str]:
     return versions
 
 
-def cache_key(genome: Genome, problem: Problem, arch: str) -> str:
+def cache_key(genome: Genome, problem: Problem, arch: str, template: str = "") -> str:
+    """Artifact identity: genome, problem, arch, tool versions and the template's source."""
     versions = json.dumps(tool_versions(), sort_keys=True)
-    text = "|".join((genome.hash, problem.key, arch, versions))
+    text = "|".join((genome.hash, problem.key, arch, versions, template))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -123,6 +134,7 @@ def cache_key(genome: Genome, problem: Problem, arch: str) -> str:
 # The shim: one ABI for every kernel
 # --------------------------------------------------------------------------------------
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _WRAPPER = re.compile(r"static inline int32_t (cute_dsl_(\w+)_wrapper)\(([^)]*)\)")
 
 
@@ -143,7 +155,7 @@ def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...]) -> st
             f"{header}: wrapper takes ({match.group(3)}), expected {len(tensors)} tensors and a stream"
         )
     lines = [
-        f'#include "kernel.h"',
+        '#include "kernel.h"',
         f"static {prefix}_Kernel_Module_t tsopt_module;",
         "static int tsopt_loaded = 0;",
         "",
@@ -183,10 +195,21 @@ def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...]) -> st
 def link(directory: Path, toolchain: Toolchain) -> float:
     start = time.perf_counter()
     cmd = [
-        toolchain.cc, "-shared", "-fPIC", "-O2", "-o", str(directory / LIBRARY_NAME),
-        str(directory / "shim.c"), str(directory / "kernel.o"), str(toolchain.dsl_runtime),
-        f"-I{toolchain.cuda_include}", f"-L{toolchain.cuda_lib}", "-lcudart",
-        "-ldl", "-lpthread", "-lrt",
+        toolchain.cc,
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-o",
+        str(directory / LIBRARY_NAME),
+        str(directory / "shim.c"),
+        str(directory / "kernel.o"),
+        str(toolchain.dsl_runtime),
+        f"-I{toolchain.cuda_include}",
+        f"-L{toolchain.cuda_lib}",
+        "-lcudart",
+        "-ldl",
+        "-lpthread",
+        "-lrt",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -211,19 +234,19 @@ def cubin_resources(cubin: bytes) -> dict[str, int]:
     """
     if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
         return {}
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
     sections = []
     for i in range(shnum):
-        name, _type, _flags, _addr, offset, size, _link, info, _align, _entsize = struct.unpack_from(
-            "<IIQQQQIIQQ", cubin, shoff + i * shentsize
+        name, _type, _flags, _addr, offset, size, _link, info, _align, _entsize = (
+            struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize)
         )
         sections.append((name, offset, size, info))
     strtab_off = sections[shstrndx][1]
 
     def section_name(idx: int) -> str:
         start = strtab_off + idx
-        return cubin[start:cubin.index(b"\0", start)].decode(errors="replace")
+        return cubin[start : cubin.index(b"\0", start)].decode(errors="replace")
 
     found: dict[str, int] = {}
     for name_idx, offset, size, _info in sections:
@@ -255,7 +278,8 @@ def _compile(spec: KernelSpec, arch: str, dump_dir: Path) -> Any:
     with contextlib.redirect_stdout(sink), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return cute.compile(
-            spec.host_fn, *spec.compile_args,
+            spec.host_fn,
+            *spec.compile_args,
             options=f"--gpu-arch {arch} --keep-cubin --dump-dir {dump_dir}",
         )
 
@@ -271,7 +295,7 @@ def build_candidate(
 ) -> BuildResult:
     """Compile, export and link ``genome`` for ``problem`` on ``arch``; never raises for a
     kernel that fails to build (the result says ``error`` with the message)."""
-    key = cache_key(genome, problem, arch)
+    key = cache_key(genome, problem, arch, space.source_digest())
     directory = Path(cache_dir) / key
     record = directory / "build.json"
     if not force and record.exists() and (directory / LIBRARY_NAME).exists():
@@ -279,10 +303,19 @@ def build_candidate(
         return BuildResult(**{**cached.to_dict(), "cache_hit": True})
 
     versions = tool_versions()
-    base = dict(genome_hash=genome.hash, problem_key=problem.key, arch=arch, cache_key=key,
-                versions=versions)
-    staging = Path(tempfile.mkdtemp(prefix=f"build-{key}-", dir=Path(cache_dir).parent
-                                    if Path(cache_dir).parent.exists() else None))
+    base = dict(
+        genome_hash=genome.hash,
+        problem_key=problem.key,
+        arch=arch,
+        cache_key=key,
+        versions={**versions, "template": space.source_digest()},
+    )
+    staging = Path(
+        tempfile.mkdtemp(
+            prefix=f"build-{key}-",
+            dir=Path(cache_dir).parent if Path(cache_dir).parent.exists() else None,
+        )
+    )
     compile_s = export_s = link_s = 0.0
     try:
         ensure_arch(arch)
@@ -310,14 +343,24 @@ def build_candidate(
         shutil.rmtree(staging / "dump", ignore_errors=True)
         (staging / "genome.json").write_text(genome.to_json())
         ArtifactManifest(
-            genome_hash=genome.hash, space=genome.space, problem=problem.to_dict(), arch=arch,
-            tensors=tensors, launch=dict(spec.launch), versions=versions,
+            genome_hash=genome.hash,
+            space=genome.space,
+            problem=problem.to_dict(),
+            arch=arch,
+            tensors=tensors,
+            launch=dict(spec.launch),
+            versions=versions,
         ).write(staging)
         result = BuildResult(
-            **base, status="ok", artifact_dir=str(directory.resolve()),
+            **base,
+            status="ok",
+            artifact_dir=str(directory.resolve()),
             library=str((directory / LIBRARY_NAME).resolve()),
-            compile_seconds=compile_s, export_seconds=export_s, link_seconds=link_s,
-            registers=resources.get("registers"), smem_bytes=spec.launch.get("smem_bytes"),
+            compile_seconds=compile_s,
+            export_seconds=export_s,
+            link_seconds=link_s,
+            registers=resources.get("registers"),
+            smem_bytes=spec.launch.get("smem_bytes"),
             spill_bytes=resources.get("frame_bytes"),
         )
         (staging / "build.json").write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True))
@@ -328,11 +371,25 @@ def build_candidate(
         return result
     except (ToolchainError, ArchMismatchError) as exc:
         kind = "arch" if isinstance(exc, ArchMismatchError) else "toolchain"
-        return BuildResult(**base, status="error", error=f"{kind}: {exc}",
-                           compile_seconds=compile_s, export_seconds=export_s, link_seconds=link_s)
+        return BuildResult(
+            **base,
+            status="error",
+            error=f"{kind}: {exc}",
+            compile_seconds=compile_s,
+            export_seconds=export_s,
+            link_seconds=link_s,
+        )
     except Exception as exc:  # noqa: BLE001 - a DSL compile failure becomes a recorded status
-        message = f"{type(exc).__name__}: {str(exc).strip()[:2000]}"
-        return BuildResult(**base, status="error", error=message,
-                           compile_seconds=compile_s, export_seconds=export_s, link_seconds=link_s)
+        # The DSL colours its diagnostics for a terminal; a record keeps the text.
+        text = _ANSI.sub("", str(exc)).strip()
+        message = f"{type(exc).__name__}: {text[:2000]}"
+        return BuildResult(
+            **base,
+            status="error",
+            error=message,
+            compile_seconds=compile_s,
+            export_seconds=export_s,
+            link_seconds=link_s,
+        )
     finally:
         shutil.rmtree(staging, ignore_errors=True)

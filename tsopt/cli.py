@@ -84,19 +84,39 @@ def _parse_duration(text: str | None) -> float | None:
     return seconds
 
 
+TRIALS_HELP = ("Trials in the study in total: running the same command again resumes it "
+               "up to N (after Ctrl-C or a kill).")
+SAMPLER_HELP = ("tpe (default), random, cmaes (numeric knobs; the others fall back to TPE) or "
+                "grid (exhaustive; small or --knob-restricted spaces).")
+WORKERS_HELP = ("Ray workers verifying and building in parallel (0: one at a time in this "
+                "process). With N > 0 a local Ray cluster of N CPUs is started, or joined with "
+                "--ray-address; each GPU gets a measuring actor.")
+RAY_HELP = "Join this Ray cluster (e.g. 10.0.0.5:6379) instead of starting a local one."
+PATIENCE_HELP = ("Stop after N trials without a faster measurement. Improvement needs "
+                 "measurements: without a GPU nothing is timed and this never triggers.")
+WARM_HELP = ("Start a new study from the best genomes of finished studies of the same space "
+             "and dtype on the nearest shapes in the database.")
+KNOB_HELP = ("Restrict a knob to some of its choices, e.g. --knob stages=2,4 (repeatable; one "
+             "value fixes it). Makes --sampler grid possible on a big space.")
+
+
 @tune_app.command("copy")
 def tune_copy(
     rows: int = typer.Option(..., help="Rows of the 2-D tensor."),
     cols: int = typer.Option(..., help="Columns of the 2-D tensor (contiguous)."),
     dtype: str = typer.Option("fp16", help="Element type: fp16 or bf16."),
-    trials: int = typer.Option(50, help="Candidates to propose."),
-    time: str = typer.Option(None, "--time", help="Wall-clock budget, e.g. 30m."),
-    sampler: str = typer.Option("tpe", help="tpe, random, cmaes or grid (exhaustive, small spaces)."),
+    trials: int = typer.Option(50, help=TRIALS_HELP),
+    time: str = typer.Option(None, "--time", help="Wall-clock budget of this run, e.g. 30m."),
+    patience: int = typer.Option(None, help=PATIENCE_HELP),
+    sampler: str = typer.Option("tpe", help=SAMPLER_HELP),
+    knob: list[str] = typer.Option(None, "--knob", help=KNOB_HELP),
     arch: str = typer.Option("sm_90a", help="Target architecture."),
     study: str = typer.Option(None, help="Study name (default: derived from the problem)."),
     db: str = typer.Option(DEFAULT_DB, help=DB_HELP),
     bundle: Path = typer.Option(None, help="Bundle directory (default: .tsopt/bundles/<study>)."),
-    workers: int = typer.Option(0, help="Parallel build workers (0: serial, in process)."),
+    workers: int = typer.Option(0, help=WORKERS_HELP),
+    ray_address: str = typer.Option(None, "--ray-address", help=RAY_HELP),
+    warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help=WARM_HELP),
     seed: int = typer.Option(0, help="Sampler seed."),
 ) -> None:
     """Tune the TS TMA copy (GMEM -> SMEM -> GMEM) for one tensor."""
@@ -108,7 +128,8 @@ def tune_copy(
         request = TuneRequest(
             space="copy", problem=problem, trials=trials, time_budget_s=_parse_duration(time),
             sampler=sampler, arch=arch, study=study, db_url=db, bundle_dir=bundle,
-            workers=workers, seed=seed,
+            workers=workers, seed=seed, ray_address=ray_address, patience=patience,
+            warm_start=warm_start, knobs=tuple(knob or ()),
         )
         code = run_tune(request, console)
     raise typer.Exit(code)
@@ -120,14 +141,18 @@ def tune_gemm(
     n: int = typer.Option(..., help="Rows of B, columns of D."),
     k: int = typer.Option(..., help="Columns of A and B (the reduction)."),
     dtype: str = typer.Option("bf16", help="Input/output type: bf16 or fp16 (fp32 accumulation)."),
-    trials: int = typer.Option(100, help="Candidates to propose."),
-    time: str = typer.Option(None, "--time", help="Wall-clock budget, e.g. 30m."),
-    sampler: str = typer.Option("tpe", help="tpe, random, cmaes or grid."),
+    trials: int = typer.Option(100, help=TRIALS_HELP),
+    time: str = typer.Option(None, "--time", help="Wall-clock budget of this run, e.g. 30m."),
+    patience: int = typer.Option(None, help=PATIENCE_HELP),
+    sampler: str = typer.Option("tpe", help=SAMPLER_HELP),
+    knob: list[str] = typer.Option(None, "--knob", help=KNOB_HELP),
     arch: str = typer.Option("sm_90a", help="Target architecture."),
     study: str = typer.Option(None, help="Study name (default: derived from the problem)."),
     db: str = typer.Option(DEFAULT_DB, help=DB_HELP),
     bundle: Path = typer.Option(None, help="Bundle directory (default: .tsopt/bundles/<study>)."),
-    workers: int = typer.Option(0, help="Parallel build workers (0: serial, in process)."),
+    workers: int = typer.Option(0, help=WORKERS_HELP),
+    ray_address: str = typer.Option(None, "--ray-address", help=RAY_HELP),
+    warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help=WARM_HELP),
     seed: int = typer.Option(0, help="Sampler seed."),
 ) -> None:
     """Tune the Hopper warp-specialized TS GEMM D = A @ B^T."""
@@ -139,7 +164,8 @@ def tune_gemm(
         request = TuneRequest(
             space="gemm", problem=problem, trials=trials, time_budget_s=_parse_duration(time),
             sampler=sampler, arch=arch, study=study, db_url=db, bundle_dir=bundle,
-            workers=workers, seed=seed,
+            workers=workers, seed=seed, ray_address=ray_address, patience=patience,
+            warm_start=warm_start, knobs=tuple(knob or ()),
         )
         code = run_tune(request, console)
     raise typer.Exit(code)

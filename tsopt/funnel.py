@@ -74,7 +74,9 @@ class Funnel:
 class Judge:
     """The verifier with one cache and counters, shared by a funnel computation."""
 
-    def __init__(self, space: SearchSpace, problem: Problem, cache: VerdictCache | None = None) -> None:
+    def __init__(
+        self, space: SearchSpace, problem: Problem, cache: VerdictCache | None = None
+    ) -> None:
         self.space = space
         self.problem = problem
         self.cache = cache or VerdictCache()
@@ -92,8 +94,13 @@ class Judge:
         return verdict
 
 
-def exhaustive_funnel(space: SearchSpace, problem: Problem, judge: Judge, progress: Progress | None,
-                      limit: int | None = None) -> Funnel:
+def exhaustive_funnel(
+    space: SearchSpace,
+    problem: Problem,
+    judge: Judge,
+    progress: Progress | None,
+    limit: int | None = None,
+) -> Funnel:
     """Verify every enumerated genome (for small spaces, or with ``limit``)."""
     start = time.perf_counter()
     enumeration = space.enumerate(problem)
@@ -112,16 +119,27 @@ def exhaustive_funnel(space: SearchSpace, problem: Problem, judge: Judge, progre
         if limit is not None and n >= limit:
             break
     return Funnel(
-        space.name, problem.key, enumeration.raw, enumeration.dataflow_legal, ts_valid, checked,
-        verifications=judge.calls, verify_seconds=judge.seconds, seconds=time.perf_counter() - start,
+        space.name,
+        problem.key,
+        enumeration.raw,
+        enumeration.dataflow_legal,
+        ts_valid,
+        checked,
+        verifications=judge.calls,
+        verify_seconds=judge.seconds,
+        seconds=time.perf_counter() - start,
         method="exhaustive" if limit is None else f"first {limit} enumerated",
         rejections=dict(rejections),
     )
 
 
 def check_factorisation(
-    space: SearchSpace, problem: Problem, sample: Callable[[random.Random], Genome],
-    predicted: Callable[[Genome], bool], n: int, seed: int = 0,
+    space: SearchSpace,
+    problem: Problem,
+    sample: Callable[[random.Random], Genome],
+    predicted: Callable[[Genome], bool],
+    n: int,
+    seed: int = 0,
     progress: Progress | None = None,
 ) -> int:
     """How many of ``n`` random genomes the factorised prediction classifies as full
@@ -140,8 +158,12 @@ def check_factorisation(
 
 
 def compute_funnel(
-    space: SearchSpace, problem: Problem, *, progress: Progress | None = None,
-    sample: int = 200, cache: VerdictCache | None = None,
+    space: SearchSpace,
+    problem: Problem,
+    *,
+    progress: Progress | None = None,
+    sample: int = 200,
+    cache: VerdictCache | None = None,
 ) -> Funnel:
     """The space's own (factorised) funnel when it has one, else the exhaustive one."""
     judge = Judge(space, problem, cache)

@@ -94,7 +94,9 @@ def _freeze_value(name: str, value: Any) -> GeneValue:
     raise GenomeError(f"gene {name!r}: unsupported value {value!r} (int, str, bool or int tuple)")
 
 
-def _freeze_genes(genes: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> tuple[tuple[str, GeneValue], ...]:
+def _freeze_genes(
+    genes: Mapping[str, Any] | Iterable[tuple[str, Any]],
+) -> tuple[tuple[str, GeneValue], ...]:
     items = genes.items() if isinstance(genes, Mapping) else genes
     frozen = {}
     for name, value in items:
@@ -126,7 +128,9 @@ class Genome:
         clash = set(dict(self.structure)) & set(dict(self.numeric))
         if clash:
             raise GenomeError(f"genes both structural and numeric: {sorted(clash)}")
-        object.__setattr__(self, "_hash", hashlib.sha256(self.canonical_json().encode()).hexdigest())
+        object.__setattr__(
+            self, "_hash", hashlib.sha256(self.canonical_json().encode()).hexdigest()
+        )
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -202,9 +206,7 @@ class Genome:
         return {
             "format": GENOME_FORMAT,
             "space": self.space,
-            "schedule": {
-                t.task: [[p.op, p.section] for p in t.ops] for t in self.schedule
-            },
+            "schedule": {t.task: [[p.op, p.section] for p in t.ops] for t in self.schedule},
             "structure": {k: list(v) if isinstance(v, tuple) else v for k, v in self.structure},
             "numeric": {k: list(v) if isinstance(v, tuple) else v for k, v in self.numeric},
         }

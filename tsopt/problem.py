@@ -97,7 +97,9 @@ class Problem:
         doc = dict(doc)
         op, dtype = doc.pop("op", None), doc.pop("dtype", None)
         if not isinstance(op, str) or not isinstance(dtype, str):
-            raise ProblemError(f"problem needs string 'op' and 'dtype', got op={op!r} dtype={dtype!r}")
+            raise ProblemError(
+                f"problem needs string 'op' and 'dtype', got op={op!r} dtype={dtype!r}"
+            )
         return cls.of(op, dtype, **doc)
 
     def to_json(self) -> str:

@@ -54,8 +54,13 @@ class Verdict:
 
     @classmethod
     def reject(
-        cls, genome_hash: str, stage: VerdictStage, rule: str, message: str,
-        seconds: float = 0.0, domain: int = 0,
+        cls,
+        genome_hash: str,
+        stage: VerdictStage,
+        rule: str,
+        message: str,
+        seconds: float = 0.0,
+        domain: int = 0,
     ) -> Verdict:
         return cls(genome_hash, False, stage, rule, message, seconds, domain)
 

@@ -16,13 +16,21 @@ from tsopt.errors import UserInputError
 
 def _progress(console: Console) -> Progress:
     return Progress(
-        TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=True,
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     )
 
 
 def spaces_command(
-    name: str | None, problem: str | None, funnel: bool, build: int, console: Console,
+    name: str | None,
+    problem: str | None,
+    funnel: bool,
+    build: int,
+    console: Console,
     json_out: Path | None = None,
 ) -> int:
     from search_spaces import SPACES, get_space
@@ -38,10 +46,17 @@ def spaces_command(
             except ImportError as exc:
                 table.add_row(space_name, "?", "?", "?", f"[red]not importable: {exc}[/]")
                 continue
-            table.add_row(space.name, space.op, ", ".join(space.archs), str(len(space.knobs())),
-                          space.description)
+            table.add_row(
+                space.name,
+                space.op,
+                ", ".join(space.archs),
+                str(len(space.knobs())),
+                space.description,
+            )
         console.print(table)
-        console.print("`tsopt spaces NAME` lists a space's knobs; add --funnel to count raw -> built.")
+        console.print(
+            "`tsopt spaces NAME` lists a space's knobs; add --funnel to count raw -> built."
+        )
         return 0
 
     space = get_space(name)
@@ -53,7 +68,9 @@ def spaces_command(
     for knob in space.knobs(prob):
         choices = ", ".join(str(c) for c in knob.choices)
         if len(choices) > 90:
-            choices = f"{len(knob.choices)} choices: {', '.join(str(c) for c in knob.choices[:2])}, ..."
+            choices = (
+                f"{len(knob.choices)} choices: {', '.join(str(c) for c in knob.choices[:2])}, ..."
+            )
         table.add_row(knob.name, knob.kind, choices, knob.doc)
     console.print(table)
     if not funnel:
@@ -82,7 +99,9 @@ def spaces_command(
     table.add_column("candidates", justify="right")
     for stage, count in result.rows():
         if stage == "built":
-            count_text = f"{built} of {attempted} sampled" if built is not None else "(use --build N)"
+            count_text = (
+                f"{built} of {attempted} sampled" if built is not None else "(use --build N)"
+            )
         else:
             count_text = f"{count:,}"
         table.add_row(stage, count_text)
@@ -98,10 +117,14 @@ def spaces_command(
             f"{result.sample_agreement}/{result.sample_size} agree"
         )
     if build_seconds:
-        console.print(f"build: median {sorted(build_seconds)[len(build_seconds) // 2]:.2f} s per candidate")
+        console.print(
+            f"build: median {sorted(build_seconds)[len(build_seconds) // 2]:.2f} s per candidate"
+        )
     if result.rejections:
         top = sorted(result.rejections.items(), key=lambda kv: -kv[1])[:8]
-        console.print("verifier rejections while counting: " + ", ".join(f"{r} {n}" for r, n in top))
+        console.print(
+            "verifier rejections while counting: " + ", ".join(f"{r} {n}" for r, n in top)
+        )
     if json_out is not None:
         doc = result.to_dict() | {"built": built, "build_attempted": attempted}
         json_out.write_text(json.dumps(doc, indent=2, sort_keys=True))

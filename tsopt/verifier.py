@@ -43,16 +43,27 @@ if TYPE_CHECKING:
 TS_RULES: tuple[tuple[str, str], ...] = (
     (r"missing ConsumerRelease after ConsumerWork", "ts.missing_release"),
     (r"missing ProducerCommit after ProducerWork", "ts.missing_commit"),
-    (r"ConsumerWork group before ConsumerWait|ConsumerWork before ConsumerWait", "ts.work_before_wait"),
-    (r"ProducerWork group before ProducerAcquire|ProducerWork before ProducerAcquire", "ts.work_before_acquire"),
+    (
+        r"ConsumerWork group before ConsumerWait|ConsumerWork before ConsumerWait",
+        "ts.work_before_wait",
+    ),
+    (
+        r"ProducerWork group before ProducerAcquire|ProducerWork before ProducerAcquire",
+        "ts.work_before_acquire",
+    ),
     (r"ProducerCommit from \S+ not consumed|not consumed", "ts.unconsumed_commit"),
-    (r"ProducerAcquire.*without.*ProducerCommit|acquire.*without.*commit", "ts.acquire_without_commit"),
+    (
+        r"ProducerAcquire.*without.*ProducerCommit|acquire.*without.*commit",
+        "ts.acquire_without_commit",
+    ),
     (r"Schedule is blocked|deadlock", "ts.deadlock"),
     (r"race", "ts.race"),
     (r"Too many registers", "ts.register_file"),
     (r"num_registers|registers", "ts.register_rule"),
-    (r"consumer_group\.size|producer_group\.size|[Cc]ooperative|group size|arrive count",
-     "ts.group_size"),
+    (
+        r"consumer_group\.size|producer_group\.size|[Cc]ooperative|group size|arrive count",
+        "ts.group_size",
+    ),
     (r"overlap", "ts.warp_overlap"),
     (r"SMEM|shared memory", "ts.smem"),
 )
@@ -107,8 +118,9 @@ class VerdictCache:
             if verdict is not None and verdict.stage in ("ts", "tsopt", "ok"):
                 # Only the TS gate is cached; a stored tsopt rejection passed TS.
                 ts_ok = verdict.stage != "ts"
-                found = _TsOutcome(ts_ok, None if ts_ok else verdict.rule,
-                                   None if ts_ok else verdict.message, 0.0)
+                found = _TsOutcome(
+                    ts_ok, None if ts_ok else verdict.rule, None if ts_ok else verdict.message, 0.0
+                )
                 with self._lock:
                     self._memory[(space, key)] = found
         with self._lock:
@@ -135,13 +147,20 @@ def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: 
     sink = io.StringIO()
     try:
         # TS prints tables and warnings while it checks; a verdict is what we keep.
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), \
-                warnings.catch_warnings():
+        with (
+            contextlib.redirect_stdout(sink),
+            contextlib.redirect_stderr(sink),
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("ignore")
             space.build_skeleton(genome, problem, domain)
     except (ValueError, AssertionError, TypeError, KeyError, IndexError) as exc:
-        return _TsOutcome(False, classify_ts_error(exc),
-                          _first_lines(f"{type(exc).__name__}: {exc}"), time.perf_counter() - start)
+        return _TsOutcome(
+            False,
+            classify_ts_error(exc),
+            _first_lines(f"{type(exc).__name__}: {exc}"),
+            time.perf_counter() - start,
+        )
     return _TsOutcome(True, None, None, time.perf_counter() - start)
 
 
@@ -169,7 +188,9 @@ def verify_genome(
 
     error = space.dataflow_error(genome)
     if error is not None:
-        return Verdict.reject(genome.hash, "dataflow", "dataflow", error, time.perf_counter() - start)
+        return Verdict.reject(
+            genome.hash, "dataflow", "dataflow", error, time.perf_counter() - start
+        )
 
     n = domain if domain is not None else space.verify_domain(genome)
     if n < 1:
@@ -182,8 +203,16 @@ def verify_genome(
         cache.put(space.name, key, outcome)
     if not outcome.valid:
         assert outcome.rule is not None and outcome.message is not None
-        return Verdict(genome.hash, False, "ts", outcome.rule, outcome.message,
-                       time.perf_counter() - start, n, cached)
+        return Verdict(
+            genome.hash,
+            False,
+            "ts",
+            outcome.rule,
+            outcome.message,
+            time.perf_counter() - start,
+            n,
+            cached,
+        )
 
     findings = space.tsopt_checks(genome, problem)
     seconds = time.perf_counter() - start
@@ -191,12 +220,16 @@ def verify_genome(
         first = findings[0]
         message = first.message
         if len(findings) > 1:
-            message += f" (and {len(findings) - 1} more: " + ", ".join(f.rule for f in findings[1:]) + ")"
+            message += (
+                f" (and {len(findings) - 1} more: " + ", ".join(f.rule for f in findings[1:]) + ")"
+            )
         return Verdict(genome.hash, False, "tsopt", first.rule, message, seconds, n, cached)
     return Verdict(genome.hash, True, "ok", None, None, seconds, n, cached)
 
 
-def verdict_cache_key(space: SearchSpace, genome: Genome, problem: Problem, domain: int | None = None) -> str:
+def verdict_cache_key(
+    space: SearchSpace, genome: Genome, problem: Problem, domain: int | None = None
+) -> str:
     """The key under which the TS outcome of ``genome`` is cached (and stored in the DB)."""
     n = domain if domain is not None else space.verify_domain(genome)
     return f"{space.verdict_key(genome, problem)}|domain={n}"
@@ -223,7 +256,9 @@ def parse_problem_spec(spec: str | None, space_name: str) -> Problem:
     try:
         values = [int(v) for v in sizes.lower().split("x")]
     except ValueError:
-        raise UserInputError(f"problem {spec!r}: sizes {sizes!r} are not integers like 4096x4096") from None
+        raise UserInputError(
+            f"problem {spec!r}: sizes {sizes!r} are not integers like 4096x4096"
+        ) from None
     from tsopt.problem import OPS
 
     if op not in OPS:

@@ -37,11 +37,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import glob
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import time
@@ -55,6 +53,17 @@ import torch
 
 from tsopt.artifact import ArtifactError, ArtifactManifest, TensorDesc
 from tsopt.bundle import Baseline, utc_now
+from tsopt.loader import (  # the CUDA-library loading shared with tsopt.load_kernel
+    CUDART_SONAMES,  # noqa: F401 - re-exported
+    CudaLibraries,
+    CudaRuntime,
+    KernelLibrary,
+    KernelLoadError,
+    cudart_candidates,  # noqa: F401 - re-exported
+    load_cuda,
+    needed_cudart,  # noqa: F401 - re-exported
+    torch_library_dirs,  # noqa: F401 - re-exported
+)
 from tsopt.problem import Problem, ProblemError
 from tsopt.records import Measurement
 from workers.watchdog import (
@@ -96,14 +105,9 @@ ALIGN_BYTES = 256
 # cudaError_t values after which the context is unusable: the kernel faulted while running.
 CRASH_CODES = {700, 710, 714, 715, 716, 717, 718, 719}
 HANG_CODES = {702}  # cudaErrorLaunchTimeout: a display watchdog killed a kernel that ran too long
-CUDART_SONAMES = ("libcudart.so.13", "libcudart.so.12")
 
 
 # -- errors --------------------------------------------------------------------------------
-class KernelLoadError(RuntimeError):
-    """The artifact's library or the CUDA libraries could not be loaded (a launch_error)."""
-
-
 class KernelFault(Exception):
     """A CUDA call failed; ``status`` is the Measurement status it maps to."""
 
@@ -119,156 +123,6 @@ def status_of_cuda_error(code: int) -> str:
     if code in HANG_CODES:
         return "hang"
     return "launch_error"
-
-
-# -- CUDA libraries ------------------------------------------------------------------------
-class CudaRuntime:
-    """The few libcudart calls the runner makes itself, each returning its cudaError_t."""
-
-    def __init__(self, lib: ctypes.CDLL, path: str) -> None:
-        self.lib = lib
-        self.path = path
-        for name in ("cudaGetErrorName", "cudaGetErrorString"):
-            getattr(lib, name).restype = ctypes.c_char_p
-            getattr(lib, name).argtypes = [ctypes.c_int]
-        for name in ("cudaGetDeviceCount", "cudaDriverGetVersion", "cudaRuntimeGetVersion"):
-            getattr(lib, name).argtypes = [ctypes.POINTER(ctypes.c_int)]
-            getattr(lib, name).restype = ctypes.c_int
-        lib.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
-        lib.cudaStreamSynchronize.restype = ctypes.c_int
-        lib.cudaGetLastError.argtypes = []
-        lib.cudaGetLastError.restype = ctypes.c_int
-
-    def describe(self, code: int) -> str:
-        if code == -1:
-            return "-1 (the shim refused the tensor count)"
-        name = self.lib.cudaGetErrorName(code) or b"?"
-        text = self.lib.cudaGetErrorString(code) or b"?"
-        return f"{code} {name.decode()}: {text.decode()}"
-
-    def _int_query(self, fn: str) -> tuple[int, int]:
-        value = ctypes.c_int(0)
-        code = getattr(self.lib, fn)(ctypes.byref(value))
-        return code, value.value
-
-    def device_count(self) -> tuple[int, int]:
-        return self._int_query("cudaGetDeviceCount")
-
-    def driver_version(self) -> tuple[int, int]:
-        return self._int_query("cudaDriverGetVersion")
-
-    def runtime_version(self) -> tuple[int, int]:
-        return self._int_query("cudaRuntimeGetVersion")
-
-    def synchronize(self, stream: int) -> int:
-        return int(self.lib.cudaStreamSynchronize(stream))
-
-    def last_error(self) -> int:
-        return int(self.lib.cudaGetLastError())
-
-
-@dataclass
-class CudaLibraries:
-    runtime: CudaRuntime
-    driver_error: str | None  # why libcuda.so.1 did not load (no NVIDIA driver), else None
-
-
-_CUDA: dict[str, CudaLibraries] = {}
-
-
-def needed_cudart(library: Path) -> str | None:
-    """The libcudart soname a shared library was linked against (read from its dynamic strings)."""
-    try:
-        found = re.search(rb"libcudart\.so\.\d+", Path(library).read_bytes())
-    except OSError:
-        return None
-    return found.group().decode() if found else None
-
-
-def torch_library_dirs() -> list[Path]:
-    """Where pip's torch keeps the CUDA libraries it was built with."""
-    torch_dir = Path(torch.__file__).resolve().parent
-    dirs = [torch_dir / "lib"]
-    dirs += [Path(p) for p in sorted(glob.glob(str(torch_dir.parent / "nvidia" / "*" / "lib")))]
-    return dirs
-
-
-def cudart_candidates(needed: str | None = None) -> list[str]:
-    """libcudart names and paths to try, best first.
-
-    The soname the artifact needs first, then 13 before 12; for each, the bare soname (which
-    finds the copy torch already loaded, or one on the loader path), then torch's bundled
-    ``nvidia/*/lib`` directories, then ``/usr/local/cuda*/lib64``.
-    """
-    sonames = [needed] if needed else []
-    sonames += [s for s in CUDART_SONAMES if s not in sonames]
-    dirs = torch_library_dirs() + [
-        Path(p) for p in sorted(glob.glob("/usr/local/cuda*/lib64"), reverse=True)
-    ]
-    found: list[str] = []
-    for soname in sonames:
-        found.append(soname)
-        found += [str(d / soname) for d in dirs if (d / soname).is_file()]
-    return found
-
-
-def load_cuda(needed: str | None = None) -> CudaLibraries:
-    """Load libcuda.so.1 and a libcudart with RTLD_GLOBAL (once per process)."""
-    key = needed or ""
-    if key in _CUDA:
-        return _CUDA[key]
-    # The artifact's runtime resolves driver entry points through the global namespace.
-    driver_error = None
-    try:
-        ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
-    except OSError as exc:
-        driver_error = f"libcuda.so.1 did not load ({exc}): no NVIDIA driver on this machine"
-    tried = []
-    for candidate in cudart_candidates(needed):
-        try:
-            lib = ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
-        except OSError as exc:
-            tried.append(f"{candidate} ({exc})")
-            continue
-        _CUDA[key] = CudaLibraries(CudaRuntime(lib, candidate), driver_error)
-        return _CUDA[key]
-    raise KernelLoadError("no CUDA runtime library found; tried: " + "; ".join(tried))
-
-
-class KernelLibrary:
-    """An artifact's shared library: ``int load(void)``, ``int launch(void **, int, void *)``."""
-
-    def __init__(self, path: Path, load_symbol: str, launch_symbol: str, cuda: CudaLibraries):
-        self.path = path
-        self.cuda = cuda
-        try:
-            # RTLD_LOCAL: every artifact exports the same names; lookups go through this handle.
-            self.handle = ctypes.CDLL(str(path))
-        except OSError as exc:
-            raise KernelLoadError(f"cannot load {path.name}: {exc}") from None
-        try:
-            self._load = getattr(self.handle, load_symbol)
-            self._launch = getattr(self.handle, launch_symbol)
-        except AttributeError as exc:
-            raise KernelLoadError(f"{path.name} lacks an artifact ABI symbol: {exc}") from None
-        self._load.argtypes = []
-        self._load.restype = ctypes.c_int
-        self._launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_void_p]
-        self._launch.restype = ctypes.c_int
-
-    @classmethod
-    def open(cls, artifact_dir: Path, manifest: ArtifactManifest) -> KernelLibrary:
-        path = Path(artifact_dir) / manifest.library
-        if not path.is_file():
-            raise KernelLoadError(f"no library {manifest.library!r} in {artifact_dir}")
-        cuda = load_cuda(needed_cudart(path))
-        return cls(path, manifest.load_symbol, manifest.launch_symbol, cuda)
-
-    def load_module(self) -> int:
-        return int(self._load())
-
-    def launch(self, ptrs: ctypes.Array[ctypes.c_void_p], stream: int) -> int:
-        return int(self._launch(ptrs, len(ptrs), stream))
 
 
 # -- device and environment ----------------------------------------------------------------

@@ -365,7 +365,7 @@
     return card("Convergence", [h("div", {"class": "plots"}, [
       figure("convergence-trials", byTrial, c.by_trial.length + " timed of " + c.proposed +
              " proposed; dots: each timed candidate, line: best so far."),
-      figure("convergence-time", byTime, "Time at which each candidate's best timing was recorded."),
+      figure("convergence-time", byTime, "Each timed candidate at the time it was proposed."),
     ])], "convergence");
   }
 

@@ -1,0 +1,99 @@
+"""Round-1 exploration for the copy evidence: random proposals with some knobs fixed.
+
+Runs the normal tune pipeline (verify, build, record, bundle) on an existing
+study, with Optuna's PartialFixedSampler fixing the given knobs (here:
+``persistent=False``, whose exact host verification costs seconds per genome on
+a loaded 2-core machine), until ``--built`` candidates of the study are built.
+
+    python bench/copy_explore.py --rows 4096 --cols 4096 --built 220 \
+        --db sqlite:///bench/copy_h200/tsopt.db --bundle carry/copy-4096-r1 --fix persistent=false
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import optuna  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from db.store import Store  # noqa: E402
+from search_spaces import get_space  # noqa: E402
+from tsopt.problem import Problem  # noqa: E402
+from tsopt.tune import CandidatePipeline, TuneRequest, TuneStats, _finish_batch, _propose_one  # noqa: E402
+
+
+def parse_fix(items: list[str]) -> dict[str, object]:
+    fixed: dict[str, object] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        fixed[name] = {"true": True, "false": False}.get(
+            value.lower(), int(value) if value.isdigit() else value
+        )
+    return fixed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, required=True)
+    parser.add_argument("--cols", type=int, required=True)
+    parser.add_argument("--dtype", default="fp16")
+    parser.add_argument(
+        "--built", type=int, required=True, help="stop when the study has this many builds"
+    )
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--bundle", type=Path, required=True)
+    parser.add_argument("--fix", action="append", default=[])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    console = Console()
+    problem = Problem.of("copy", args.dtype, rows=args.rows, cols=args.cols)
+    request = TuneRequest(
+        space="copy",
+        problem=problem,
+        sampler="random",
+        db_url=args.db,
+        bundle_dir=args.bundle,
+        seed=args.seed,
+        measure="never",
+    )
+    space = get_space("copy")
+    store = Store(args.db)
+    name = request.study_name()
+    store.create_or_get_study(name, "copy", problem, "sm_90a", "random", {})
+    sampler = optuna.samplers.PartialFixedSampler(
+        parse_fix(args.fix), optuna.samplers.RandomSampler(seed=args.seed)
+    )
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name=name,
+        storage=store.optuna_storage(),
+        direction="minimize",
+        load_if_exists=True,
+        sampler=sampler,
+    )
+    pipeline = CandidatePipeline(store, space, problem, "sm_90a", name, request.cache_dir)
+    stats = TuneStats()
+    start = time.monotonic()
+    while store.funnel(name)["built"] < args.built:
+        trial = study.ask()
+        outcome = _propose_one(trial, study, space, request, pipeline, store, name, stats)
+        if outcome is not None:
+            _finish_batch(
+                [outcome], study, space, request, store, name, args.bundle, False, "none", stats
+            )
+        if stats.proposed % 20 == 0:
+            console.print(
+                f"{time.monotonic() - start:.0f}s {stats.line()} | study built "
+                f"{store.funnel(name)['built']}"
+            )
+    console.print(f"done: {store.funnel(name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

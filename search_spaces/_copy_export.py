@@ -1,0 +1,169 @@
+"""Render one copy candidate as a standalone ``kernel.py``.
+
+The exported file is the kernel module (``copy_tma_kernel.py``) verbatim,
+followed by the candidate: its configuration as literals and its two
+schedule bodies written out op by op (no genome, no lookup at run time),
+and a ``main`` that checks the kernel against torch on a GPU machine with
+the DSL, or compiles it for an arch and writes the cubin (``--cubin``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from search_spaces import copy_tma_kernel
+from search_spaces.copy_tma_kernel import PRIMARY_OP, CopyConfig
+
+_CALLS = {
+    "coords": ("row, col = coords.coords({it})", "coords"),
+    "tma_load": ("smem.tma_load(row=row, col=col)", "smem"),
+    "read": ("frag = smem.read({it})", "smem"),
+    "store": ("out.store(frag=frag{comma_it})", "out"),
+}
+
+
+def _op_line(op: str, head_iteration: int | None) -> str:
+    it = "" if head_iteration is None else f"it={head_iteration}"
+    if op in _CALLS:
+        template, _ = _CALLS[op]
+        comma_it = "" if head_iteration is None else f", it={head_iteration}"
+        return template.format(it=it, comma_it=comma_it)
+    return f"smem.{op}()"
+
+
+def render_body(task: str, ops: Sequence[tuple[str, str]]) -> str:
+    """One task's schedule body as Python source: head, ``domain_loop``, tail."""
+    resources = "coords, smem" if task == "load" else "smem, out"
+    names = "res['coords'], res['smem']" if task == "load" else "res['smem'], res['out']"
+    lines = [
+        f"def {task}_body(res, domain):",
+        f"    {resources} = {names.replace(chr(39), chr(34))}",
+    ]
+    seen: dict[str, int] = {}
+    head = [(op, sec) for op, sec in ops if sec == "head"]
+    if head:
+        lines.append("    # head: the first iterations, before the domain loop")
+    for op, _ in head:
+        index = seen.get(op, 0)
+        seen[op] = index + 1
+        lines.append(f"    {_op_line(op, index)}")
+    start = sum(1 for op, sec in ops if sec == "head" and op == PRIMARY_OP[task])
+    lines.append(f"    with domain_loop({start}, domain, 1):")
+    lines += [f"        {_op_line(op, None)}" for op, sec in ops if sec == "loop"]
+    tail = [op for op, sec in ops if sec == "tail"]
+    if tail:
+        lines.append("    # tail: after the domain loop")
+        lines += [f"    {_op_line(op, None)}" for op in tail]
+    return "\n".join(lines) + "\n"
+
+
+def render_config(cfg: CopyConfig) -> str:
+    fields = [
+        "    # load_ops/store_ops: the same schedule as data, for the derived facts (loop starts);",
+        "    # the schedule that runs is load_body/store_body below, written out op by op.",
+    ]
+    for f in dataclasses.fields(cfg):
+        fields.append(f"    {f.name}={getattr(cfg, f.name)!r},")
+    return "CONFIG = CopyConfig(\n" + "\n".join(fields) + "\n)\n"
+
+
+MAIN = '''
+
+BODIES = {"load": load_body, "store": store_body}
+
+
+def compile_kernel(arch, keep_dir=None):
+    """Compile this candidate for ``arch`` (no GPU needed); returns the compiled function.
+    With ``keep_dir`` the DSL keeps the cubin there (see :func:`cubin_bytes`)."""
+    from cutlass.cute.runtime import make_fake_compact_tensor
+    from cutlass.runtime import make_fake_stream
+
+    dt = dsl_dtype(CONFIG)
+    shape = (CONFIG.rows, CONFIG.cols)
+    src = make_fake_compact_tensor(dt, shape, stride_order=(1, 0), assumed_align=16)
+    dst = make_fake_compact_tensor(dt, shape, stride_order=(1, 0), assumed_align=16)
+    options = f"--gpu-arch {arch}"
+    if keep_dir:
+        options += f" --keep-cubin --dump-dir {keep_dir}"
+    return cute.compile(make_kernel(CONFIG, BODIES), src, dst, make_fake_stream(), options=options)
+
+
+def check_on_gpu():
+    """Run on fresh random inputs with the output poisoned; compare with torch. Needs a GPU."""
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[CONFIG.dtype]
+    src = torch.randn(CONFIG.rows, CONFIG.cols, device="cuda").to(dtype)
+    dst = torch.full_like(src, float("nan"))
+    compiled = compile_kernel(ARCH)
+    stream = cuda_driver.CUstream(torch.cuda.current_stream().cuda_stream)
+    compiled(from_dlpack(src, assumed_align=16), from_dlpack(dst, assumed_align=16), stream)
+    torch.cuda.synchronize()
+    same = torch.equal(dst, src)
+    print("PASS: output equals input bit for bit" if same else
+          f"FAIL: {(dst != src).sum().item()} elements differ")
+    return 0 if same else 1
+
+
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cubin", help="compile for --arch and write the cubin here (no GPU needed)")
+    parser.add_argument("--arch", default=ARCH)
+    args = parser.parse_args(argv)
+    if args.cubin:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as keep:
+            compiled = compile_kernel(args.arch, keep)
+            with open(args.cubin, "wb") as f:
+                f.write(cubin_bytes(compiled))
+        print(f"wrote {args.cubin}")
+        return 0
+    return check_on_gpu()
+
+
+def cubin_bytes(compiled):
+    """The cubin of a compiled function, as the DSL kept it (--keep-cubin)."""
+    cubin = compiled.__cubin__
+    if isinstance(cubin, str):
+        with open(cubin, "rb") as f:
+            return f.read()
+    return bytes(cubin)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+'''
+
+
+def render_kernel_source(cfg: CopyConfig, header: str, arch: str) -> str:
+    """The whole exported ``kernel.py``."""
+    module = inspect.getsource(copy_tma_kernel)
+    preamble = (
+        f'"""{header.strip()}\n"""\n\n'
+        "import os\n\n"
+        "# The DSL reads its target when first imported; with no GPU there is nothing to detect.\n"
+        f'os.environ.setdefault("CUTE_DSL_ARCH", "{arch}")\n'
+        f'ARCH = "{arch}"\n\n'
+    )
+    # The kernel module's own docstring becomes a comment block: one docstring per file.
+    body = module.split('"""', 2)[2] if module.startswith('"""') else module
+    candidate = (
+        "\n\n# " + "=" * 86 + "\n# The exported candidate: configuration and schedule, written out.\n# "
+        + "=" * 86 + "\n\n" + render_config(cfg) + "\n\n"
+        + render_body("load", cfg.load_ops) + "\n\n" + render_body("store", cfg.store_ops)
+    )
+    kernel_doc = "# " + "\n# ".join(module.split('"""', 2)[1].strip().splitlines()) + "\n"
+    return preamble + kernel_doc + body + candidate + MAIN
+
+
+def export_source(genome: Any, problem: Any, arch: str, header: str) -> str:
+    from search_spaces.copy_tma import config_of
+
+    return render_kernel_source(config_of(genome, problem, arch), header, arch)
