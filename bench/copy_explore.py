@@ -1,6 +1,6 @@
 """Round-1 exploration for the copy evidence: random proposals with some knobs fixed.
 
-Runs the normal tune pipeline (verify, build, record, bundle) on an existing
+Runs the normal tune driver (verify, build, record, bundle) on an existing
 study, with Optuna's PartialFixedSampler fixing the given knobs (here:
 ``persistent=False``, whose exact host verification costs seconds per genome on
 a loaded 2-core machine), until ``--built`` candidates of the study are built.
@@ -22,9 +22,11 @@ import optuna  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from db.store import Store  # noqa: E402
-from search_spaces import get_space  # noqa: E402
+from tsopt.driver import Driver  # noqa: E402
 from tsopt.problem import Problem  # noqa: E402
-from tsopt.tune import CandidatePipeline, TuneRequest, TuneStats, _finish_batch, _propose_one  # noqa: E402
+from tsopt.tune import TuneRequest  # noqa: E402
+
+ROUND = 40  # trials per driver run between checks of the study's build count
 
 
 def parse_fix(items: list[str]) -> dict[str, object]:
@@ -52,46 +54,29 @@ def main() -> int:
     args = parser.parse_args()
     console = Console()
     problem = Problem.of("copy", args.dtype, rows=args.rows, cols=args.cols)
-    request = TuneRequest(
-        space="copy",
-        problem=problem,
-        sampler="random",
-        db_url=args.db,
-        bundle_dir=args.bundle,
-        seed=args.seed,
-        measure="never",
-    )
-    space = get_space("copy")
-    store = Store(args.db)
-    name = request.study_name()
-    store.create_or_get_study(name, "copy", problem, "sm_90a", "random", {})
-    sampler = optuna.samplers.PartialFixedSampler(
-        parse_fix(args.fix), optuna.samplers.RandomSampler(seed=args.seed)
-    )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        study_name=name,
-        storage=store.optuna_storage(),
-        direction="minimize",
-        load_if_exists=True,
-        sampler=sampler,
-    )
-    pipeline = CandidatePipeline(store, space, problem, "sm_90a", name, request.cache_dir)
-    stats = TuneStats()
     start = time.monotonic()
-    while store.funnel(name)["built"] < args.built:
-        trial = study.ask()
-        outcome = _propose_one(trial, study, space, request, pipeline, store, name, stats)
-        if outcome is not None:
-            _finish_batch(
-                [outcome], study, space, request, store, name, args.bundle, False, "none", stats
-            )
-        if stats.proposed % 20 == 0:
-            console.print(
-                f"{time.monotonic() - start:.0f}s {stats.line()} | study built "
-                f"{store.funnel(name)['built']}"
-            )
-    console.print(f"done: {store.funnel(name)}")
+    while True:
+        base = TuneRequest(space="copy", problem=problem, db_url=args.db)
+        name = base.study_name()
+        with Store(args.db) as store:
+            built = store.funnel(name)["built"] if store.get_study(name) else 0
+            trials = len(optuna.load_study(study_name=name, storage=store.optuna_storage())
+                         .trials) if store.get_study(name) else 0
+        console.print(f"{time.monotonic() - start:.0f}s: study {name} built {built}")
+        if built >= args.built:
+            break
+        # Fixed knobs keep their full choices in Optuna (PartialFixedSampler), so the study
+        # stays compatible with its earlier, unfixed trials; the seed moves on each round.
+        sampler = optuna.samplers.PartialFixedSampler(
+            parse_fix(args.fix), optuna.samplers.RandomSampler(seed=args.seed + trials))
+        request = TuneRequest(
+            space="copy", problem=problem, sampler="random", trials=trials + ROUND,
+            db_url=args.db, bundle_dir=args.bundle, seed=args.seed, measure="never",
+            warm_start=False,
+        )
+        Driver(request, console, sampler=sampler).run()
+    console.print(f"done: {built} built")
     return 0
 
 

@@ -18,8 +18,8 @@ What it measures (all on this machine's CPUs; nothing here touches a GPU):
    with ``CUTE_DSL_DRYRUN=1``: IR generation only, in a separate process),
    code generation (the rest of the compile), export (``export_to_c``), link.
    The GPU-side parts (load, check, time) come from the runner's logs; pass
-   ``--gpu-seconds S`` (per measured candidate) to get the number of CPU workers
-   that keep one GPU busy.
+   ``--gpu-seconds SPACE=S`` (per measured candidate) to get the number of CPU
+   workers that keep one GPU busy.
 
 The load average at the start and end is recorded: other processes share these cores.
 """
@@ -351,8 +351,9 @@ def main() -> None:
                         "seed's placement")
     parser.add_argument("--builds", type=int, default=6, help="candidates built per config")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--gpu-seconds", type=float, default=None,
-                        help="GPU seconds per measured candidate (from the runner's logs)")
+    parser.add_argument("--gpu-seconds", action="append", default=[], metavar="SPACE=S",
+                        help="GPU seconds per measured candidate of a space, from the runner's "
+                        "logs, e.g. gemm=0.21 (repeatable)")
     parser.add_argument("--gpu-source", default="", help="where --gpu-seconds comes from")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--trace-only", nargs=3, metavar=("SPACE", "PROBLEM", "GENOMES"))
@@ -364,7 +365,9 @@ def main() -> None:
     from search_spaces import get_space
     from tsopt.verifier import parse_problem_spec
 
-    command = "python bench/driver_scale.py " + " ".join(sys.argv[1:])
+    gpu_seconds = {k: float(v) for k, _, v in (g.partition("=") for g in args.gpu_seconds)}
+    command = "python bench/driver_scale.py " + " ".join(
+        f"'{a}'" if " " in a else a for a in sys.argv[1:])
     doc: dict[str, Any] = {"command": command.strip(), "machine": f"{os.cpu_count()} CPUs",
                            "load_start": load(), "spaces": {}, "gpu_source": args.gpu_source}
     scratch = Path(tempfile.mkdtemp(prefix="tsopt-scale-"))
@@ -410,7 +413,8 @@ def main() -> None:
                 "problem": PROBLEMS[name], "verdicts_random": full, "verdicts": verdict,
                 "builds": builds,
                 "parallel_efficiency": eff, "trace_s": summary(trace), "process": start,
-                "breakdown": breakdown(name, verdict, builds[0], start, trace, args.gpu_seconds),
+                "breakdown": breakdown(name, verdict, builds[0], start, trace,
+                                       gpu_seconds.get(name)),
             }
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -9,9 +9,14 @@ machine has torch and no DSL:
     ``carry/gemm/PLAN/plan.json`` next to the artifacts.
 ``run PLAN`` (GPU)
     check every artifact against torch on random inputs and time it against
-    cuBLAS (``torch.matmul``) in the same process (``workers.runner`` via the
-    watchdog), write the raw measurements to ``$OUT/gemm-PLAN.json`` (or
-    ``--out``) and print a table.
+    cuBLAS (``torch.matmul``) (``workers.runner`` via the watchdog), write the
+    raw measurements to ``$OUT/gemm-PLAN.json`` (or ``--out``) and print a table.
+``headline PLAN LABEL...`` (GPU)
+    the same artifacts, A/B against cuBLAS in one process: rounds that alternate
+    the candidate and ``torch.matmul`` on the same rotated buffers, so clock and
+    power drift on a shared GPU hits both alike; the ratio of each round's pair
+    and their median go to ``$OUT/gemm-headline.json``. (Written after the
+    session's GPU budget ran low: not yet run on the H200, no results committed.)
 
 A plan is a list of (label, problem, knob values changed from the seed). The
 commands that produced the committed results are recorded in the JSON.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -245,6 +251,15 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def prune(out: Path) -> None:
+    """Drop artifacts no row of the plan uses (stale builds): the GPU call carries 64 MiB."""
+    used = {Path(r["artifact"]).name for r in json.loads((out / "plan.json").read_text())["rows"]
+            if "artifact" in r}
+    for directory in (out / "artifacts").iterdir():
+        if directory.name not in used:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def build(plan: str, jobs: int) -> int:
     entries = PLANS[plan]()
     out = CARRY / plan
@@ -267,6 +282,7 @@ def build(plan: str, jobs: int) -> int:
            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "seconds": round(time.perf_counter() - start, 1), "rows": rows}
     (out / "plan.json").write_text(json.dumps(doc, indent=1))
+    prune(out)
     built = sum("artifact" in r for r in rows)
     print(f"{built}/{len(rows)} built in {doc['seconds']} s -> {out / 'plan.json'}")
     return 0 if built else 1
@@ -325,6 +341,102 @@ def run(plan: str, out: Path, runs: int, warmup: int, only: Sequence[str]) -> in
     return 0
 
 
+def _ab_rounds(kernel: Any, sets: list[tuple], rounds: int, per_round: int) -> list[dict]:
+    """Alternate the candidate and torch.matmul, ``per_round`` launches each per round."""
+    import torch
+
+    def candidate(s: tuple) -> None:
+        kernel(s[0], s[1], out=s[2])
+
+    def cublas(s: tuple) -> None:
+        torch.matmul(s[0], s[1].t(), out=s[2])
+
+    def timed(fn: Any) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(per_round):
+            fn(sets[i % len(sets)])
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / per_round  # us per GEMM
+
+    for fn in (candidate, cublas):  # warm-up
+        timed(fn)
+    pairs = []
+    for _ in range(rounds):
+        t_c, t_b = timed(candidate), timed(cublas)
+        pairs.append({"candidate_us": t_c, "cublas_us": t_b, "ratio": t_b / t_c})
+    return pairs
+
+
+def headline(plan: str, labels: Sequence[str], out: Path, rounds: int, per_round: int) -> int:
+    import torch
+
+    from tsopt.loader import load_kernel
+
+    doc = json.loads((CARRY / plan / "plan.json").read_text())
+    by_label = {r["label"]: r for r in doc["rows"] if "artifact" in r}
+    torch.set_float32_matmul_precision("highest")
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    results = []
+    for label in labels:
+        row = by_label[label]
+        p = row["problem"]
+        m, n, k, dtype = p["m"], p["n"], p["k"], dtypes[p["dtype"]]
+        kernel = load_kernel(ROOT / row["artifact"])
+        gen = torch.Generator(device="cuda").manual_seed(1234)
+        # Two sets: 2 x (A + B + D) = 768 MiB at 8192^3, well past the 60 MiB L2.
+        sets = []
+        for _ in range(2):
+            a = torch.randn(m, k, device="cuda", generator=gen).mul_(k ** -0.25).to(dtype)
+            b = torch.randn(n, k, device="cuda", generator=gen).mul_(k ** -0.25).to(dtype)
+            sets.append((a, b, torch.full((m, n), float("nan"), device="cuda", dtype=dtype)))
+        a, b, d = sets[0]
+        kernel(a, b, out=d)
+        ref = a.float() @ b.float().t()
+        rel = float(torch.linalg.vector_norm((d.float() - ref).double())
+                    / torch.linalg.vector_norm(ref.double()))
+        ok = bool(torch.isfinite(d).all()) and rel < (1e-2 if p["dtype"] == "bf16" else 5e-3)
+        del ref
+
+        pairs = _ab_rounds(kernel, sets, rounds, per_round)
+        ratios = sorted(x["ratio"] for x in pairs)
+        cand = sorted(x["candidate_us"] for x in pairs)
+        base = sorted(x["cublas_us"] for x in pairs)
+        flops = 2 * m * n * k
+        summary = {
+            "label": label, "problem": p, "genome_hash": row["genome_hash"], "knobs": row["knobs"],
+            "correct": ok, "rel_err": rel, "rounds": pairs,
+            "median_ratio": ratios[len(ratios) // 2], "min_ratio": ratios[0],
+            "candidate_median_us": cand[len(cand) // 2], "cublas_median_us": base[len(base) // 2],
+            "candidate_tflops": flops / cand[len(cand) // 2] / 1e6,
+            "cublas_tflops": flops / base[len(base) // 2] / 1e6,
+        }
+        results.append(summary)
+        print(f"{label:32s} correct={ok} rel={rel:.2e} {summary['candidate_tflops']:7.1f} vs "
+              f"cuBLAS {summary['cublas_tflops']:7.1f} TFLOP/s  ratio median "
+              f"{summary['median_ratio']:.3f} (min {summary['min_ratio']:.3f}, max {ratios[-1]:.3f})",
+              flush=True)
+        del sets, a, b, d, kernel
+        torch.cuda.empty_cache()
+    payload = {
+        "plan": plan,
+        "command": f"python bench/gemm_h200.py headline {plan} --rounds {rounds} "
+                   f"--per-round {per_round} " + " ".join(repr(x) for x in labels),
+        "method": "one process; each round times per_round back-to-back launches of the "
+                  "candidate, then of torch.matmul, on the same two rotated buffer sets (CUDA "
+                  "events around the whole round); ratio = cuBLAS time / candidate time",
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "results": results,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1))
+    print(f"raw JSON: {out}")
+    return 0 if all(r["correct"] for r in results) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -337,9 +449,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--runs", type=int, default=50)
     r.add_argument("--warmup", type=int, default=10)
     r.add_argument("--only", nargs="*", default=[])
+    h = sub.add_parser("headline", help="A/B the named candidates against cuBLAS (GPU)")
+    h.add_argument("plan", choices=sorted(PLANS))
+    h.add_argument("labels", nargs="+")
+    h.add_argument("--rounds", type=int, default=15)
+    h.add_argument("--per-round", type=int, default=20)
+    h.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.cmd == "build":
         return build(args.plan, args.jobs)
+    if args.cmd == "headline":
+        out = args.out or Path(os.environ.get("OUT", "bench/results")) / "gemm-headline.json"
+        return headline(args.plan, args.labels, out, args.rounds, args.per_round)
     out = args.out or Path(os.environ.get("OUT", "bench/results")) / f"gemm-{args.plan}.json"
     return run(args.plan, out, args.runs, args.warmup, args.only)
 

@@ -13,7 +13,9 @@ real measurements (genome -> median time, from a large random search):
     python bench/search_efficiency.py replay bench/results/gemm-8192-table.json \\
         --samplers tpe,random --seeds 10 --out bench/results/search_efficiency.json
 
-Replay rules. Each proposal's knob values are matched to a row of the table:
+Replay rules. Each proposal is judged by the real verifier first: a rejected one is
+told PRUNED and costs no measurement, as in the driver (``--no-verify`` skips this).
+A valid proposal's knob values are matched to a row of the table:
 ``--match nearest`` (default) takes the row differing in the fewest knobs (ties:
 the smaller genome hash), so the table is a piecewise-constant surrogate of the
 space; ``--match exact`` answers only exact matches and tells the others FAIL
@@ -25,6 +27,20 @@ result per sampler: candidates measured until the best so far is within the
 target, per seed, their median and quartiles, and how many seeds got there
 within ``--budget`` candidates; plus the expectation for drawing the table's
 rows uniformly without replacement, (T + 1) / (m + 1) for m of T rows on target.
+
+GEMM: random proposals over the whole knob product are almost never valid (0 of 300
+sampled: three in four fail the dataflow gate), so run the random study and the replay on
+the seed's placement family (the study's ``--knob`` restrictions are recorded and the replay
+uses them):
+
+    KNOBS="--knob load.body=coords,try_acquire,acquire,tma_load,commit --knob load.depth=0
+      --knob load.defer=none --knob mma.body=try_wait,wait,read_stage,wgmma,wgmma_wait,release
+      --knob mma.depth=1 --knob mma.defer=release --knob mma.pending=1 --knob mma.drain=tail"
+    tsopt tune gemm --m 8192 --n 8192 --k 8192 --sampler random --trials 3000 $KNOBS \
+        --study gemm-8192-random --workers 14
+
+Verification dominates a replay's own cost (a deep pipeline takes seconds in the BFS
+checker), hence ``--jobs``.
 
 ``synthetic`` writes a SYNTHETIC table (made-up times over a random sample of the
 space's knobs) so that the replay can be run before real data exists. It is
@@ -113,6 +129,7 @@ def table_from_study(db_url: str, study: str) -> dict[str, Any]:
                      "status": best.measurement.status if best
                      else c.measurements[-1].measurement.status})
     return {"space": info.space, "problem": _spec(info.problem), "synthetic": False,
+            "knobs": list(info.config.get("knobs", [])),
             "source": f"study {study} in {db_url}", "rows": rows}
 
 
@@ -128,28 +145,34 @@ def _unit(*parts: Any) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def synthetic_table(space_name: str, problem_spec: str, n: int, seed: int) -> dict[str, Any]:
-    """SYNTHETIC: ``n`` random genomes of the space's knobs with made-up times (a product of
-    per-knob-value effects, a few pairwise interactions and 1 % noise); 3 % are 'wrong'."""
+def synthetic_table(space_name: str, problem_spec: str, n: int, seed: int,
+                    knobs: list[str]) -> dict[str, Any]:
+    """SYNTHETIC: ``n`` random genomes of the space's knobs that the real verifier accepts,
+    with made-up times (a product of per-knob-value effects, a few pairwise interactions and
+    1 % noise); 3 % are 'wrong'."""
     import random
 
     import optuna
 
-    from tsopt.samplers import KnobView
+    from tsopt.samplers import KnobView, parse_restrictions
+    from tsopt.verifier import VerdictCache, verify_genome
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space, problem = _space_and_problem(space_name, problem_spec)
-    view = KnobView.of(space, problem, "random")
+    view = KnobView.of(space, problem, "random",
+                       parse_restrictions(knobs, space.knobs(problem)))
+    cache = VerdictCache()
     names = [k.name for k in view.knobs]
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     rng = random.Random(seed)
     rows: dict[str, dict[str, Any]] = {}
-    for _ in range(n * 3):
+    for _ in range(n * 200):
         trial = study.ask()
         genome = space.suggest(view.wrap(trial), problem)
         study.tell(trial, 0.0)
         params = view.decode(trial.params)
-        if genome.hash in rows:
+        if genome.hash in rows or not verify_genome(genome, problem, space=space,
+                                                    cache=cache).valid:
             continue
         time_us = 1000.0
         for name, value in params.items():
@@ -164,9 +187,9 @@ def synthetic_table(space_name: str, problem_spec: str, n: int, seed: int) -> di
                              "status": "wrong" if wrong else "ok"}
         if len(rows) == n:
             break
-    return {"space": space_name, "problem": problem_spec, "synthetic": True,
-            "source": f"SYNTHETIC: made-up times over {n} random genomes (seed {seed}); "
-                      "not a measurement", "rows": list(rows.values())}
+    return {"space": space_name, "problem": problem_spec, "synthetic": True, "knobs": knobs,
+            "source": f"SYNTHETIC: made-up times over {len(rows)} random valid genomes (seed "
+                      f"{seed}); not a measurement", "rows": list(rows.values())}
 
 
 # -- replay --------------------------------------------------------------------------------
@@ -210,23 +233,30 @@ class Lookup:
 
 
 def replay_one(space: Any, problem: Any, lookup: Lookup, sampler: str, seed: int,
-               target: float, budget: int, match: str) -> dict[str, Any]:
+               target: float, budget: int, match: str, restrict: dict[str, Any],
+               cache: Any) -> dict[str, Any]:
     import optuna
     from optuna.trial import TrialState
 
     from tsopt.samplers import KnobView, make_sampler
+    from tsopt.verifier import verify_genome
 
-    view = KnobView.of(space, problem, sampler)
+    view = KnobView.of(space, problem, sampler, restrict)
     study = optuna.create_study(sampler=make_sampler(sampler, seed, view))
     measured: dict[int, float | None] = {}
     best = math.inf
     curve: list[float] = []
     reached: int | None = None
-    proposals = 0
-    while len(measured) < budget and proposals < 20 * budget:
+    proposals = rejected = 0
+    while len(measured) < budget and proposals < 200 * budget:
         proposals += 1
         trial = study.ask()
-        space.suggest(view.wrap(trial), problem)
+        genome = space.suggest(view.wrap(trial), problem)
+        if cache is not None and not verify_genome(genome, problem, space=space,
+                                                   cache=cache).valid:
+            rejected += 1  # the real verifier's verdict: no measurement, as in the driver
+            study.tell(trial, state=TrialState.PRUNED)
+            continue
         index = lookup.find(view.decode(trial.params), match)
         if index is None:
             study.tell(trial, state=TrialState.FAIL)
@@ -245,19 +275,49 @@ def replay_one(space: Any, problem: Any, lookup: Lookup, sampler: str, seed: int
         else:
             study.tell(trial, value)
     return {"sampler": sampler, "seed": seed, "candidates_to_target": reached,
-            "measured": len(measured), "proposals": proposals, "best_us": best,
+            "measured": len(measured), "proposals": proposals, "rejected": rejected,
+            "best_us": best,
             "curve": curve}
 
 
-def replay(table: dict[str, Any], samplers: list[str], seeds: int, budget: int, within: float,
-           match: str) -> dict[str, Any]:
+def _say(run: dict[str, Any]) -> None:
+    print(f"  {run['sampler']} seed {run['seed']}: {run['candidates_to_target']} candidates to "
+          f"target ({run['proposals']} proposals, {run['rejected']} rejected by the verifier, "
+          f"{run['seconds']:.0f} s)", flush=True)
+
+
+def _replay_job(table: dict[str, Any], sampler: str, seed: int, target: float, budget: int,
+                match: str, verify: bool) -> dict[str, Any]:
+    """One (sampler, seed) replay in a worker process."""
     import optuna
+
+    from tsopt.samplers import KnobView, parse_restrictions
+    from tsopt.verifier import VerdictCache
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space, problem = _space_and_problem(table["space"], table["problem"])
+    restrict = parse_restrictions(table.get("knobs", []), space.knobs(problem))
+    names = [k.name for k in KnobView.of(space, problem, "random").knobs]
+    start = time.perf_counter()
+    run = replay_one(space, problem, Lookup(names, table["rows"]), sampler, seed, target,
+                     budget, match, restrict, VerdictCache() if verify else None)
+    run["seconds"] = time.perf_counter() - start
+    return run
+
+
+def replay(table: dict[str, Any], samplers: list[str], seeds: int, budget: int, within: float,
+           match: str, verify: bool = True, jobs: int = 1) -> dict[str, Any]:
+    import optuna
+
+    from tsopt.samplers import KnobView, parse_restrictions
+    from tsopt.verifier import VerdictCache
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows: list[Row] = table["rows"]
     space, problem = _space_and_problem(table["space"], table["problem"])
-    from tsopt.samplers import KnobView
-
+    # The samplers search the space the table's study searched (its --knob restrictions).
+    restrict = parse_restrictions(table.get("knobs", []), space.knobs(problem))
+    cache = VerdictCache() if verify else None
     names = [k.name for k in KnobView.of(space, problem, "random").knobs]
     lookup = Lookup(names, rows)
     timed = [r.median_us for r in rows if r.median_us is not None]
@@ -265,15 +325,28 @@ def replay(table: dict[str, Any], samplers: list[str], seeds: int, budget: int, 
     target = best * (1 + within)
     on_target = sum(1 for t in timed if t <= target)
     results: dict[str, Any] = {}
-    for sampler in samplers:
-        runs = []
-        for seed in range(seeds):
+    pairs = [(sampler, seed) for sampler in samplers for seed in range(seeds)]
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    if jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_replay_job, table, sampler, seed, target, budget, match,
+                                   verify): (sampler, seed) for sampler, seed in pairs}
+            for future, pair in futures.items():
+                done[pair] = future.result()
+                _say(done[pair])
+    else:
+        for sampler, seed in pairs:
             start = time.perf_counter()
-            run = replay_one(space, problem, lookup, sampler, seed, target, budget, match)
+            run = replay_one(space, problem, lookup, sampler, seed, target, budget, match,
+                             restrict, cache)
             run["seconds"] = time.perf_counter() - start
-            runs.append(run)
-            print(f"  {sampler} seed {seed}: {run['candidates_to_target']} candidates to target "
-                  f"({run['proposals']} proposals)", flush=True)
+            done[(sampler, seed)] = run
+            _say(run)
+    for sampler in samplers:
+        runs = [done[(sampler, seed)] for seed in range(seeds)]
         costs = [r["candidates_to_target"] for r in runs]
         got = sorted(c for c in costs if c is not None)
         # Seeds that never reached the target count as the budget (a lower bound).
@@ -287,7 +360,8 @@ def replay(table: dict[str, Any], samplers: list[str], seeds: int, budget: int, 
         "synthetic": bool(table.get("synthetic")), "source": table.get("source", ""),
         "space": table["space"], "problem": table["problem"], "rows": len(rows),
         "timed_rows": len(timed), "best_us": best, "within": within, "target_us": target,
-        "rows_on_target": on_target, "match": match, "budget": budget, "seeds": seeds,
+        "rows_on_target": on_target, "match": match, "verify": verify,
+        "knobs": table.get("knobs", []), "budget": budget, "seeds": seeds,
         "uniform_expected": (len(rows) + 1) / (on_target + 1), "samplers": results,
     }
 
@@ -307,7 +381,8 @@ def markdown(result: dict[str, Any], command: str) -> str:
              + f"Command: `{command}`  ", f"Table: {result['source']}: {result['rows']} genomes, "
              f"{result['timed_rows']} timed; best {result['best_us']:.2f} us; target "
              f"{result['target_us']:.2f} us (+{100 * result['within']:.0f} %), met by "
-             f"{result['rows_on_target']} rows. Match: {result['match']}; budget "
+             f"{result['rows_on_target']} rows. Knobs: {result['knobs'] or 'all'}; verifier: "
+             f"{'on' if result['verify'] else 'off'}; match: {result['match']}; budget "
              f"{result['budget']} candidates; {result['seeds']} seeds.", "",
              "| sampler | candidates measured to target: median (q1-q3) | seeds reaching it |",
              "|---|---|---|"]
@@ -331,6 +406,8 @@ def main() -> None:
     s.add_argument("--problem", default=None)
     s.add_argument("--n", type=int, default=2000)
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--knob", action="append", default=[],
+                   help="restrict a knob as `tsopt tune --knob` does (repeatable)")
     s.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("replay", help="replay samplers over a table")
     r.add_argument("table", type=Path)
@@ -339,17 +416,23 @@ def main() -> None:
     r.add_argument("--budget", type=int, default=500)
     r.add_argument("--within", type=float, default=0.02)
     r.add_argument("--match", choices=("nearest", "exact"), default="nearest")
+    r.add_argument("--jobs", type=int, default=1,
+                   help="(sampler, seed) replays run in this many processes")
+    r.add_argument("--no-verify", action="store_true",
+                   help="answer every proposal from the table (no verifier: rejected "
+                   "proposals then borrow a valid neighbour's time)")
     r.add_argument("--out", type=Path, default=None, help="JSON (and .md beside it)")
     args = parser.parse_args()
     if args.command == "table":
         doc = table_from_study(args.db, args.study)
     elif args.command == "synthetic":
         doc = synthetic_table(args.space, args.problem or DEFAULT_PROBLEMS[args.space],
-                              args.n, args.seed)
+                              args.n, args.seed, args.knob)
     else:
         command = "python bench/search_efficiency.py " + " ".join(sys.argv[1:])
         result = replay(load_table(args.table), args.samplers.split(","), args.seeds,
-                        args.budget, args.within, args.match)
+                        args.budget, args.within, args.match, verify=not args.no_verify,
+                        jobs=args.jobs)
         result["command"] = command
         text = markdown(result, command)
         print(text)

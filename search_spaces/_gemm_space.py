@@ -53,7 +53,8 @@ LoadKey = tuple[tuple[str, ...], int, str]
 MmaKey = tuple[tuple[str, ...], int, str, int, str]
 
 
-def knobs() -> tuple[Knob, ...]:
+def raw_knobs() -> tuple[Knob, ...]:
+    """The enumerator's knobs: every placement part and gene value, before any check."""
     out = [
         Knob("load.body", "structural", tuple(body_name(b) for b in BODIES["load"]),
              KNOB_DOCS["load.body"]),
@@ -69,6 +70,55 @@ def knobs() -> tuple[Knob, ...]:
     out += [Knob(n, "structural", c, KNOB_DOCS[n]) for n, c in STRUCTURE_CHOICES.items()]
     out += [Knob(n, "numeric", c, KNOB_DOCS[n]) for n, c in NUMERIC_CHOICES.items()]
     return tuple(out)
+
+
+def placement_name(key: tuple[Any, ...]) -> str:
+    """``body|depth|defer[|pending|drain]``: a placement as a sampler knob value."""
+    return "|".join([body_name(key[0]), *(str(v) for v in key[1:])])
+
+
+def parse_placement_name(task: str, name: str) -> tuple[Any, ...]:
+    parts = name.split("|")
+    body = tuple(parts[0].split(","))
+    if task == "load":
+        return body, int(parts[1]), parts[2]
+    return body, int(parts[1]), parts[2], int(parts[3]), parts[4]
+
+
+def knobs(space: Any = None) -> tuple[Knob, ...]:
+    """The sampler's knobs: each task's placement drawn from the verifier's per-task screen
+    (search_spaces/_gemm_screen.py), then the structural and numeric genes."""
+    from search_spaces._gemm_screen import screened
+
+    out = []
+    if space is not None:
+        screen = screened(space)
+        out = [
+            Knob("load.placement", "structural", tuple(placement_name(k) for k in screen["load"]),
+                 "producer placement (body | prefetch depth | deferred op) the verifier accepts"),
+            Knob("mma.placement", "structural", tuple(placement_name(k) for k in screen["mma"]),
+                 "consumer placement (body | batches in flight | deferred op | wait_group pending "
+                 "| drain) the verifier accepts"),
+        ]
+    out += [Knob(n, "structural", c, KNOB_DOCS[n]) for n, c in STRUCTURE_CHOICES.items()]
+    out += [Knob(n, "numeric", c, KNOB_DOCS[n]) for n, c in NUMERIC_CHOICES.items()]
+    return tuple(out)
+
+
+def params_of(space: Any, genome: Genome) -> dict[str, Any]:
+    """The sampler's parameters for ``genome`` (inverse of :func:`suggest`)."""
+    from search_spaces._gemm_funnel import _load_key, _mma_key
+
+    cfg = space.config(genome, Problem.of("gemm", "bf16", m=8192, n=8192, k=8192))
+    load, mma = _load_key(cfg), _mma_key(cfg)
+    if load is None or mma is None:
+        raise ValueError(f"{genome.short_hash}: its placement is not one the sampler can express")
+    params: dict[str, Any] = {"load.placement": placement_name(load), "mma.placement": placement_name(mma)}
+    for name, value in genome.genes.items():
+        if name in ("raster", "swizzle") and not genome["persistent"]:
+            continue
+        params[name] = value
+    return params
 
 
 def make_genome(**values: Any) -> Genome:
@@ -189,18 +239,20 @@ def enumerate_space(problem: Problem) -> Enumeration:
     return enumeration
 
 
-def suggest(trial: Any) -> Genome:
+def suggest(trial: Any, space: Any) -> Genome:
     """One genome from an Optuna trial: ``suggest_categorical`` per knob.
 
     Raster order and swizzle are asked only of persistent trials (a conditional
     parameter; every Optuna sampler supports that).
     """
     values: dict[str, Any] = {}
-    for knob in knobs():
+    for knob in knobs(space):
         if knob.name in ("raster", "swizzle") and not values.get("persistent"):
             continue
         values[knob.name] = trial.suggest_categorical(knob.name, list(knob.choices))
-    return make_genome(**values)
+    load = parse_placement_name("load", str(values.pop("load.placement")))
+    mma = parse_placement_name("mma", str(values.pop("mma.placement")))
+    return make_genome(load=load, mma=mma, **values)
 
 
 # -- dataflow --------------------------------------------------------------------------

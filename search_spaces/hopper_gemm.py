@@ -84,6 +84,7 @@ from cutlass.experimental.task_scheduling.schedule_builder import (  # noqa: E40
 )
 from cutlass.experimental.task_scheduling.task import Task  # noqa: E402
 from cutlass.experimental.task_scheduling.task_manager import TaskManager  # noqa: E402
+from cutlass.tensor_utils import LayoutEnum  # noqa: E402
 
 from search_spaces import _gemm_space as _space  # noqa: E402
 from search_spaces._gemm_checks import gemm_checks  # noqa: E402
@@ -623,16 +624,16 @@ class HopperGemmKernel:
         tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
         # Warpgroups split the tile along M; each issues m64 x tile_n wgmma.
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            io, io, utils.LayoutEnum.from_tensor(a).sm90_mma_major_mode(),
-            utils.LayoutEnum.from_tensor(b).sm90_mma_major_mode(), ACC_DTYPE,
+            io, io, LayoutEnum.from_tensor(a).sm90_mma_major_mode(),
+            LayoutEnum.from_tensor(b).sm90_mma_major_mode(), ACC_DTYPE,
             (cfg.consumers, 1, 1), tiler_mn=(64, cfg.tile_n),
         )
         # Every wgmma accumulates: the accumulator is zeroed per tile instead.
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
         a_layout = sm90_utils.make_smem_layout_a(
-            utils.LayoutEnum.from_tensor(a), tile_mnk, io, cfg.stages)
+            LayoutEnum.from_tensor(a), tile_mnk, io, cfg.stages)
         b_layout = sm90_utils.make_smem_layout_b(
-            utils.LayoutEnum.from_tensor(b), tile_mnk, io, cfg.stages)
+            LayoutEnum.from_tensor(b), tile_mnk, io, cfg.stages)
         # A is shared by the CTAs of a cluster row, B by those of a cluster column:
         # each CTA loads 1/cluster_n of A's slice (1/cluster_m of B's) and multicasts it.
         tma_atom_a, mA = _tma_load_atom(a, a_layout, (cfg.tile_m, cfg.tile_k), cfg.cluster_n)
@@ -722,7 +723,13 @@ class HopperGemmSpace(SearchSpace):
                     "(K) and the epilogue 4-byte aligned pairs in every row of D (N)")
 
     def knobs(self, problem: Problem | None = None) -> tuple[Knob, ...]:
-        return _space.knobs()
+        return _space.knobs(self)
+
+    def raw_knobs(self, problem: Problem | None = None) -> tuple[Knob, ...]:
+        return _space.raw_knobs()
+
+    def params_of(self, genome: Genome) -> dict[str, Any]:
+        return _space.params_of(self, genome)
 
     def genome(self, **values: Any) -> Genome:
         """A genome from knob values (placement knobs and genes; defaults: the seed)."""
@@ -739,7 +746,7 @@ class HopperGemmSpace(SearchSpace):
         return _space.enumerate_space(problem)
 
     def suggest(self, trial: Any, problem: Problem) -> Genome:
-        return _space.suggest(trial)
+        return _space.suggest(trial, self)
 
     def funnel(self, problem: Problem, **kwargs: Any) -> Any:
         """The funnel by factorised verification (see ``search_spaces/_gemm_funnel.py``)."""
@@ -773,6 +780,10 @@ class HopperGemmSpace(SearchSpace):
         return repr((cfg.load_ops, cfg.mma_ops, sorted(ts_genes.items())))
 
     # -- build -----------------------------------------------------------------------
+    def source_modules(self) -> tuple[str, ...]:
+        # GemmConfig's derived sizes (SMEM, grid, epilogue guards) shape the kernel too.
+        return (type(self).__module__, "search_spaces._gemm_config")
+
     def kernel_spec(self, genome: Genome, problem: Problem, arch: str) -> KernelSpec:
         cfg = self.config(genome, problem)
         return KernelSpec(

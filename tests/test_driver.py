@@ -138,6 +138,11 @@ def test_seeded_samplers_repeat_and_cmaes_models_only_ordinal_knobs(space) -> No
     assert isinstance(trial.distributions["layout"], optuna.distributions.CategoricalDistribution)
     assert view.decode(trial.params)["stages"] == genome["stages"]
     assert view.encode(space.params_of(genome))["stages#index"] == trial.params["stages#index"]
+    study.tell(trial, 1.0)
+    for i in range(4):  # past its start-up trial CMA-ES proposes the ordinal knobs itself
+        trial = study.ask()
+        space.suggest(view.wrap(trial), PROBLEM)
+        study.tell(trial, float(i))
     fixed = KnobView.of(space, PROBLEM, "cmaes", parse_restrictions(
         ["stages=4", "box_rows=8", "box_cols=128", "chunk=1", "vector=8", "ctas_per_sm=1"],
         space.knobs(PROBLEM)))
@@ -538,3 +543,22 @@ def test_ray_pool_evaluates_in_worker_processes(ray_cluster: Path, tmp_path: Pat
         assert Path(e.build.artifact_dir or "").is_dir()
     assert evaluations[bad.hash].verdict.rule == "ts.missing_commit"
     assert evaluations[bad.hash].build is None
+
+
+def test_a_measuring_actor_that_cannot_measure_sends_the_rest_to_the_bundle(
+        ray_cluster: Path, tmp_path: Path) -> None:
+    from workers.ray_workers import RayMeasurePool
+
+    # A real MeasureActor, placed on a CPU (no GPU here): its runner cannot time the baseline,
+    # the actor says so, and the driver stops measuring and bundles every built candidate.
+    url = f"sqlite:///{tmp_path / 'tsopt.db'}"
+    knobs = (*NARROW, "stages=2,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",
+             "advance_on_wait=false", "raster=row", "ctas_per_sm=1")
+    console = Console(file=io.StringIO(), width=200)
+    driver = Driver(request(tmp_path, url, sampler="grid", trials=2, knobs=knobs), console,
+                    measure_pool=RayMeasurePool(1, gpus_per_actor=0))
+    assert driver.run() == 0
+    assert "measuring stopped" in console.file.getvalue()  # type: ignore[attr-defined]
+    assert driver.measure_pool is None and driver.stats.awaiting == 3  # the seed + 2 trials
+    with Store(url) as store:
+        assert all(not c.measurements for c in store.candidates(driver.name))

@@ -91,7 +91,7 @@ SAMPLER_HELP = ("tpe (default), random, cmaes (numeric knobs; the others fall ba
 WORKERS_HELP = ("Ray workers verifying and building in parallel (0: one at a time in this "
                 "process). With N > 0 a local Ray cluster of N CPUs is started, or joined with "
                 "--ray-address; each GPU gets a measuring actor.")
-RAY_HELP = "Join this Ray cluster (e.g. 10.0.0.5:6379) instead of starting a local one."
+RAY_HELP = "Join this Ray cluster (HOST:PORT of its head) instead of starting a local one."
 PATIENCE_HELP = ("Stop after N trials without a faster measurement. Improvement needs "
                  "measurements: without a GPU nothing is timed and this never triggers.")
 WARM_HELP = ("Start a new study from the best genomes of finished studies of the same space "

@@ -210,10 +210,12 @@ class Driver:
     """One ``tsopt tune`` run over one study (see the module doc)."""
 
     def __init__(self, request: TuneRequest, console: Console,
-                 measure_pool: Any = None) -> None:
-        """``measure_pool`` replaces the GPU measuring (tests on machines with no GPU)."""
+                 measure_pool: Any = None, sampler: Any = None) -> None:
+        """``measure_pool`` replaces the GPU measuring (tests on machines with no GPU);
+        ``sampler`` replaces the Optuna sampler named by the request (scripts)."""
         self.request = request
         self.injected_measure_pool = measure_pool
+        self.injected_sampler = sampler
         self.console = console
         self.stats = TuneStats()
         self.jobs: dict[str, Job] = {}
@@ -273,7 +275,7 @@ class Driver:
         # Not the grid's: its seed orders the grid points, which trials refer to by number.
         seed = request.seed if request.sampler == "grid" else resumed_seed(request.seed,
                                                                             len(trials))
-        self.sampler = make_sampler(request.sampler, seed, self.view)
+        self.sampler = self.injected_sampler or make_sampler(request.sampler, seed, self.view)
         self.study.sampler = self.sampler
         recorded_knobs = list(info.config.get("knobs", []))
         if trials and recorded_knobs != list(request.knobs):

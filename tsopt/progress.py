@@ -88,7 +88,7 @@ class TuneStats:
 
     def rate_line(self, remaining_trials: int | None, time_left_s: float | None) -> str:
         elapsed = time.monotonic() - self.started
-        rate = self.told / elapsed if elapsed > 0 else 0.0
+        rate = self.proposed / elapsed if elapsed > 0 else 0.0
         etas = []
         if remaining_trials is not None and rate > 0:
             etas.append(remaining_trials / rate)

@@ -191,8 +191,13 @@ class MeasureActor:
 class RayMeasurePool:
     """One :class:`MeasureActor` per GPU; a queue of candidates handed to idle actors."""
 
-    def __init__(self, gpus: int, runs: int = 50, warmup: int = 10, checks: int = 2) -> None:
-        self.actors = [MeasureActor.remote(runs, warmup, checks) for _ in range(gpus)]  # type: ignore[attr-defined]
+    name = "ray"
+
+    def __init__(self, gpus: int, runs: int = 50, warmup: int = 10, checks: int = 2,
+                 gpus_per_actor: float = 1) -> None:
+        """``gpus`` actors of ``gpus_per_actor`` GPUs each (0: on a CPU, for tests)."""
+        actor = MeasureActor.options(num_gpus=gpus_per_actor)  # type: ignore[attr-defined]
+        self.actors = [actor.remote(runs, warmup, checks) for _ in range(gpus)]
         self._idle = list(range(len(self.actors)))
         self._queue: deque[tuple[Any, str, str, dict[str, Any]]] = deque()
         self._inflight: dict[Any, tuple[Any, int]] = {}
