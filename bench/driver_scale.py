@@ -71,15 +71,18 @@ def load() -> list[float]:
 # -- sampling and verdicts -----------------------------------------------------------------
 
 
-def restriction(space_name: str) -> dict[str, tuple[Any, ...]] | None:
-    """Knobs fixed for the build set: random GEMM genomes are almost never valid (0 of 300:
-    three in four fail the dataflow gate), so its builds use the seed's placement with every
-    other knob random."""
-    if space_name != "gemm":
+def restriction(space: Any, problem: Any) -> dict[str, tuple[Any, ...]] | None:
+    """Knobs fixed for the build set when the space samples raw placement parts
+    (``load.body``, ``mma.depth``, ...): random genomes of such a GEMM space were almost never
+    valid (0 of 300: three in four failed the dataflow gate), so its builds use the seed's
+    placement with every other knob random. A space whose placement knobs are screened
+    (``load.placement``) is sampled whole."""
+    names = {k.name for k in space.knobs(problem)}
+    if space.name != "gemm" or "load.body" not in names:
         return None
     from search_spaces._gemm_space import SEED_PLACEMENT
 
-    return {k: (v,) for k, v in SEED_PLACEMENT.items()}
+    return {k: (v,) for k, v in SEED_PLACEMENT.items() if k in names}
 
 
 def sample(space: Any, problem: Any, n: int, seed: int,
@@ -379,7 +382,7 @@ def main() -> None:
             print(f"[{name}] verdicts on {count} sampled genomes ...", flush=True)
             full = verdicts(space, problem, sample(space, problem, count, args.seed))
             valid = full.pop("_valid")
-            restrict = restriction(name)
+            restrict = restriction(space, problem)
             verdict = full
             if restrict is not None:
                 print(f"[{name}] ... and {args.copy_verdicts} with {sorted(restrict)} fixed "

@@ -28,8 +28,11 @@ RATIO_NOISE = 0.07
 
 
 def load_loader(directory: Path):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(f"loader_{directory.name}", directory / "loader.py")
+    name = f"loader_{directory.name.replace('-', '_')}"
+    spec = importlib.util.spec_from_file_location(name, directory / "loader.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    # dataclasses look their module up in sys.modules while the module executes.
+    sys.modules[name] = module
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 

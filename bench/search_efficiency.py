@@ -28,16 +28,13 @@ target, per seed, their median and quartiles, and how many seeds got there
 within ``--budget`` candidates; plus the expectation for drawing the table's
 rows uniformly without replacement, (T + 1) / (m + 1) for m of T rows on target.
 
-GEMM: random proposals over the whole knob product are almost never valid (0 of 300
-sampled: three in four fail the dataflow gate), so run the random study and the replay on
-the seed's placement family (the study's ``--knob`` restrictions are recorded and the replay
-uses them):
+GEMM: if random proposals over the whole knob product are rarely valid (with raw
+placement knobs, 0 of 300 sampled were: three in four failed the dataflow gate), run the
+random study and the replay on a narrower family with ``--knob`` (the study's restrictions
+are recorded and the replay uses them), e.g.:
 
-    KNOBS="--knob load.body=coords,try_acquire,acquire,tma_load,commit --knob load.depth=0
-      --knob load.defer=none --knob mma.body=try_wait,wait,read_stage,wgmma,wgmma_wait,release
-      --knob mma.depth=1 --knob mma.defer=release --knob mma.pending=1 --knob mma.drain=tail"
-    tsopt tune gemm --m 8192 --n 8192 --k 8192 --sampler random --trials 3000 $KNOBS \
-        --study gemm-8192-random --workers 14
+    tsopt tune gemm --m 8192 --n 8192 --k 8192 --sampler random --trials 3000 \
+        --study gemm-8192-random --workers 14 [--knob NAME=V ...]
 
 Verification dominates a replay's own cost (a deep pipeline takes seconds in the BFS
 checker), hence ``--jobs``.

@@ -1,10 +1,11 @@
-"""Knobs, placements and the decoded configuration of the Hopper TS GEMM space.
+"""Knobs, placements and the genome -> configuration mapping of the Hopper TS GEMM space.
 
-A :class:`GemmConfig` is what the template (``search_spaces.hopper_gemm``)
-reads: the genome's genes and schedule placements decoded, plus the sizes
-derived from them and from the problem (K tiles, warp layout, SMEM bytes).
-It is plain Python (no DSL) so that the knob tables, the checks, the funnel
-and the tests can use it without tracing anything.
+The configuration itself, :class:`GemmConfig` (every knob value plus the sizes
+derived from them and from the problem: K tiles, warp layout, SMEM bytes), is
+defined by the kernel module (``search_spaces.hopper_gemm_kernel``), which
+reads it; this module decodes a genome into one (:func:`config_of`). The
+config is plain data, so the knob tables, the checks, the funnel and the
+tests use it without tracing anything.
 
 Placements. The producer (``load``) and each consumer warpgroup (``mma``)
 run a loop body that is a permutation of their ops. The head holds ``depth``
@@ -20,23 +21,27 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from tsopt.genome import Genome, Section
+from tsopt.dsl_env import ensure_arch
+from tsopt.genome import Genome
+
+ensure_arch()  # the kernel module imports the DSL, which reads its target arch once
+
+# Re-exported for the space's modules: the kernel owns its sizes and configuration.
+from search_spaces.hopper_gemm_kernel import (  # noqa: E402, F401
+    ELEMENT_BYTES,
+    EPI_COLS,
+    PRIMARY_OP,
+    SM_COUNT,
+    WARPGROUP,
+    GemmConfig,
+    Placement,
+)
 
 SPACE = "gemm"
 SMEM_CAPACITY = 232_448
 """Bytes of shared memory one CTA may use on sm_90 (227 KiB), as TS checks it."""
 REGISTER_FILE = 65_536
-SM_COUNT = 132
-"""SMs of an H200 (and H100 SXM): a persistent grid is one wave of clusters."""
-WARPGROUP = 4
-"""Warps per warpgroup: register budgets (setmaxnreg) apply per warpgroup."""
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
-EPI_COLS = 64
-"""Columns of D one epilogue subtile covers (the accumulator is drained in slabs)."""
-
-Placement = tuple[tuple[str, Section], ...]
 
 # --------------------------------------------------------------------------------------
 # Ops and placements
@@ -47,7 +52,6 @@ MMA_OPS = ("try_wait", "wait", "read_stage", "wgmma", "wgmma_wait", "release")
 TASK_OPS = {"load": LOAD_OPS, "mma": MMA_OPS}
 SYNC_OPS = {"load": ("try_acquire", "acquire", "commit"), "mma": ("try_wait", "wait", "release")}
 WORK_OPS = {"load": ("coords", "tma_load"), "mma": ("read_stage", "wgmma")}
-PRIMARY_OP = {"load": "tma_load", "mma": "wgmma"}
 TOKENS = {"load": ("coords", "tma_load"), "mma": ("read_stage", "wgmma")}
 """(producer of a token, its consumer) per task: the token must exist before its use."""
 
@@ -146,202 +150,30 @@ def parse_cluster(text: str) -> tuple[int, int]:
 
 
 # --------------------------------------------------------------------------------------
-# The decoded configuration
+# From a genome to the kernel's configuration
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GemmConfig:
-    """Every knob value of one candidate, for one problem. Derived values are properties."""
+def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str) -> GemmConfig:
+    """The kernel configuration a genome describes for a problem."""
 
-    dtype: str
-    m: int
-    n: int
-    k: int
-    tile_m: int
-    tile_n: int
-    tile_k: int
-    stages: int
-    consumers: int
-    producer_wg: str
-    load_warp: int
-    producer_regs: int
-    consumer_regs: int
-    cluster_m: int
-    cluster_n: int
-    raster: str
-    swizzle: int
-    persistent: bool
-    epilogue: str
-    advance_on_wait: bool
-    load_ops: Placement
-    mma_ops: Placement
+    def num(name: str) -> int:
+        value = genome[name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"gene {name}={value!r} must be an integer")
+        return value
 
-    @classmethod
-    def from_genome(cls, genome: Genome, problem_sizes: dict[str, int], dtype: str) -> GemmConfig:
-        def num(name: str) -> int:
-            value = genome[name]
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"gene {name}={value!r} must be an integer")
-            return value
-
-        cluster_m, cluster_n = parse_cluster(str(genome["cluster"]))
-        return cls(
-            dtype=dtype, m=problem_sizes["m"], n=problem_sizes["n"], k=problem_sizes["k"],
-            tile_m=num("tile_m"), tile_n=num("tile_n"), tile_k=num("tile_k"),
-            stages=num("stages"), consumers=num("consumers"),
-            producer_wg=str(genome["producer_wg"]), load_warp=num("load_warp"),
-            producer_regs=num("producer_regs"), consumer_regs=num("consumer_regs"),
-            cluster_m=cluster_m, cluster_n=cluster_n,
-            raster=str(genome["raster"]), swizzle=num("swizzle"),
-            persistent=bool(genome["persistent"]), epilogue=str(genome["epilogue"]),
-            advance_on_wait=bool(genome["advance_on_wait"]),
-            load_ops=tuple((p.op, p.section) for p in genome.task("load").ops),
-            mma_ops=tuple((p.op, p.section) for p in genome.task("mma").ops),
-        )
-
-    # -- schedule shape --------------------------------------------------------------
-    @staticmethod
-    def section(ops: Placement, section: Section) -> tuple[str, ...]:
-        return tuple(op for op, sec in ops if sec == section)
-
-    def head_depth(self, task: str) -> int:
-        ops = self.load_ops if task == "load" else self.mma_ops
-        return self.section(ops, "head").count(PRIMARY_OP[task])
-
-    @property
-    def prefetch(self) -> int:
-        """K slices the producer loads in its head, before its domain loop."""
-        return self.head_depth("load")
-
-    @property
-    def inflight(self) -> int:
-        """wgmma batches issued in the consumer head, before its domain loop."""
-        return self.head_depth("mma")
-
-    # -- sizes -----------------------------------------------------------------------
-    @property
-    def element_bytes(self) -> int:
-        return ELEMENT_BYTES[self.dtype]
-
-    @property
-    def k_tiles(self) -> int:
-        return -(-self.k // self.tile_k)
-
-    @property
-    def tiles_m(self) -> int:
-        return -(-self.m // self.tile_m)
-
-    @property
-    def tiles_n(self) -> int:
-        return -(-self.n // self.tile_n)
-
-    @property
-    def wg_tile_m(self) -> int:
-        """Rows of the CTA tile one consumer warpgroup accumulates."""
-        return self.tile_m // self.consumers
-
-    @property
-    def m_repeats(self) -> int:
-        """m64 wgmma instructions per K step per consumer warpgroup."""
-        return self.wg_tile_m // 64
-
-    @property
-    def acc_registers(self) -> int:
-        """fp32 accumulator registers per consumer thread."""
-        return self.wg_tile_m * self.tile_n // 128
-
-    @property
-    def a_stage_bytes(self) -> int:
-        return self.tile_m * self.tile_k * self.element_bytes
-
-    @property
-    def b_stage_bytes(self) -> int:
-        return self.tile_n * self.tile_k * self.element_bytes
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.a_stage_bytes + self.b_stage_bytes
-
-    @property
-    def smem_bytes(self) -> int:
-        """What TS's allocator counts: A and B stages (1024-aligned) plus two mbarriers a stage."""
-        a = -(-self.stages * self.a_stage_bytes // 1024) * 1024
-        return a + self.stages * self.b_stage_bytes + 16 * self.stages
-
-    @property
-    def cluster_size(self) -> int:
-        return self.cluster_m * self.cluster_n
-
-    @property
-    def mcast_size(self) -> int:
-        """CTAs whose consumers release a stage before its producer may refill it."""
-        return self.cluster_m + self.cluster_n - 1
-
-    @property
-    def epi_subtiles(self) -> int:
-        return self.tile_n // EPI_COLS
-
-    @property
-    def ragged(self) -> bool:
-        """M or N not a multiple of the tile: the epilogue must predicate its stores."""
-        return self.m % self.tile_m != 0 or self.n % self.tile_n != 0
-
-    @property
-    def overhang(self) -> bool:
-        """The launch visits tiles beyond the problem: a grid rounded up to whole clusters,
-        or a persistent raster swizzle rounded up to whole swizzle bands. Their stores
-        must be skipped (their loads are TMA zero fill)."""
-        cm, cn = self.cluster_m, self.cluster_n
-        if self.tiles_m % cm or self.tiles_n % cn:
-            return True
-        if self.persistent and self.swizzle > 1:
-            clusters = self.tiles_n // cn if self.raster == "m" else self.tiles_m // cm
-            return clusters % self.swizzle != 0
-        return False
-
-    # -- warp layout -----------------------------------------------------------------
-    @property
-    def producer_group(self) -> int:
-        """First warp of the producer warpgroup."""
-        return 0 if self.producer_wg == "first" else WARPGROUP * self.consumers
-
-    @property
-    def producer_warp(self) -> int:
-        return self.producer_group + self.load_warp
-
-    @property
-    def consumer_warps(self) -> tuple[int, ...]:
-        """First warp of each consumer warpgroup."""
-        base = WARPGROUP if self.producer_wg == "first" else 0
-        return tuple(base + WARPGROUP * i for i in range(self.consumers))
-
-    def padding(self) -> list[tuple[int, int]]:
-        """(first warp, warps) of the padding tasks: the producer warpgroup's other warps."""
-        pads = []
-        if self.load_warp > 0:
-            pads.append((self.producer_group, self.load_warp))
-        if self.load_warp < WARPGROUP - 1:
-            pads.append((self.producer_warp + 1, WARPGROUP - 1 - self.load_warp))
-        return pads
-
-    @property
-    def threads(self) -> int:
-        return 32 * WARPGROUP * (1 + self.consumers)
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        """Launch grid: every tile (rounded up to whole clusters) or one wave of clusters."""
-        cm, cn = self.cluster_m, self.cluster_n
-        clusters_m, clusters_n = -(-self.tiles_m // cm), -(-self.tiles_n // cn)
-        if not self.persistent:
-            return (clusters_m * cm, clusters_n * cn, 1)
-        # The static persistent scheduler's grid: (cluster_m, cluster_n, clusters).
-        return (cm, cn, min(clusters_m * clusters_n, SM_COUNT // self.cluster_size))
-
-    def describe(self) -> str:
-        return (
-            f"{self.tile_m}x{self.tile_n}x{self.tile_k} s{self.stages} c{self.consumers} "
-            f"r{self.producer_regs}/{self.consumer_regs} cl{self.cluster_m}x{self.cluster_n} "
-            f"{'persist' if self.persistent else 'grid'} P{self.prefetch} D{self.inflight}"
-        )
+    cluster_m, cluster_n = parse_cluster(str(genome["cluster"]))
+    return GemmConfig(
+        dtype=dtype, m=problem_sizes["m"], n=problem_sizes["n"], k=problem_sizes["k"],
+        tile_m=num("tile_m"), tile_n=num("tile_n"), tile_k=num("tile_k"),
+        stages=num("stages"), consumers=num("consumers"),
+        producer_wg=str(genome["producer_wg"]), load_warp=num("load_warp"),
+        producer_regs=num("producer_regs"), consumer_regs=num("consumer_regs"),
+        cluster_m=cluster_m, cluster_n=cluster_n,
+        raster=str(genome["raster"]), swizzle=num("swizzle"),
+        persistent=bool(genome["persistent"]), epilogue=str(genome["epilogue"]),
+        advance_on_wait=bool(genome["advance_on_wait"]),
+        load_ops=tuple((p.op, p.section) for p in genome.task("load").ops),
+        mma_ops=tuple((p.op, p.section) for p in genome.task("mma").ops),
+    )

@@ -1,7 +1,8 @@
 """Knob values <-> genomes for the Hopper TS GEMM space: knobs, seed, enumeration, sampling.
 
-Standard library and tsopt only (no DSL): the funnel, the CLI listing and the
-tests use it without importing the template.
+Plain Python over the kernel's configuration class (importing it loads the DSL,
+but nothing here traces or builds a kernel): the funnel, the CLI listing and the
+tests use it without constructing the template.
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ def test_register_and_smem_budgets(space) -> None:
 
 
 def test_smem_bytes_match_the_ts_allocator(space) -> None:
-    from search_spaces.hopper_gemm import make_task_manager
+    from search_spaces.hopper_gemm_kernel import make_task_manager
 
     for knobs in ({}, {"tile_n": 192, "stages": 5, "tile_k": 32}, {"tile_m": 64, "consumers": 1}):
         cfg = space.config(space.genome(**knobs), BIG)
@@ -148,15 +148,33 @@ def test_smem_bytes_match_the_ts_allocator(space) -> None:
 
 
 def test_knobs_seed_and_genome_round_trip(space) -> None:
-    names = {k.name for k in space.knobs(BIG)}
-    assert {"tile_m", "tile_n", "tile_k", "stages", "consumers", "producer_wg", "load_warp",
-            "producer_regs", "consumer_regs", "cluster", "raster", "swizzle", "persistent",
-            "mma.depth", "mma.pending", "load.depth", "mma.body", "load.body"} <= names
+    genes = {"tile_m", "tile_n", "tile_k", "stages", "consumers", "producer_wg", "load_warp",
+             "producer_regs", "consumer_regs", "cluster", "raster", "swizzle", "persistent"}
+    # The sampler draws whole placements (screened by the verifier); the enumerator their parts.
+    assert genes | {"load.placement", "mma.placement"} <= {k.name for k in space.knobs(BIG)}
+    assert genes | {"mma.depth", "mma.pending", "load.depth", "mma.body", "load.body"} <= {
+        k.name for k in space.raw_knobs(BIG)}
     seed = space.seed_genome(BIG)
     assert Genome.from_json(seed.to_json()) == seed
     assert space.dataflow_error(seed) is None
     cfg = space.config(seed, BIG)
     assert (cfg.tile_m, cfg.tile_n, cfg.tile_k, cfg.consumers, cfg.inflight) == (128, 256, 64, 2, 1)
+
+
+def test_build_digest_covers_the_kernel_module_and_the_genome_mapping_only(space) -> None:
+    # Knobs, checks, enumeration, funnel and export never reach a kernel: editing them keeps
+    # every build. The kernel module and the genome -> configuration mapping do.
+    import hashlib
+    import inspect
+
+    from search_spaces import _gemm_config, hopper_gemm_kernel
+
+    assert space.source_modules() == ("search_spaces.hopper_gemm_kernel",)
+    module = hashlib.sha256(inspect.getsource(hopper_gemm_kernel).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(module.encode())
+    for fn in (_gemm_config.config_of, _gemm_config.parse_cluster):
+        digest.update(inspect.getsource(fn).encode())
+    assert space.source_digest() == digest.hexdigest()[:16]
 
 
 def test_dataflow_rejects_a_wgmma_before_its_stage(space) -> None:

@@ -1,0 +1,187 @@
+"""Render one GEMM candidate as a standalone ``kernel.py``.
+
+The exported file is the kernel module (``hopper_gemm_kernel.py``) verbatim,
+followed by the candidate: its configuration as literals and its two
+schedule bodies (the load task's and each consumer warpgroup's) written out
+op by op (no genome, no lookup at run time), and a ``main`` that checks the
+kernel against torch on a GPU machine with the DSL, or compiles it for an
+arch and writes the cubin (``--cubin``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from search_spaces import hopper_gemm_kernel
+from search_spaces.hopper_gemm_kernel import PIPELINE_OPS, PRIMARY_OP, GemmConfig
+
+_RESOURCES = {"load": ("coords", "smem"), "mma": ("smem", "acc")}
+
+
+def _op_line(op: str, head_iteration: int | None) -> str:
+    """One op as a call on the resource proxies; head copies of ``coords`` name their K slice."""
+    if op == "coords":
+        it = "" if head_iteration is None else f"it={head_iteration}"
+        return f"tile_m, tile_n, k_tile = coords.compute_coords({it})"
+    if op == "tma_load":
+        return "smem.tma_load(tile_m=tile_m, tile_n=tile_n, k_tile=k_tile)"
+    if op == "read_stage":
+        return "stage = smem.read_stage()"
+    if op == "wgmma":
+        return "acc.wgmma(stage=stage)"
+    if op.startswith("wgmma_wait"):
+        pending = int(op.removeprefix("wgmma_wait"))
+        return f"smem.wgmma_wait(pending={pending})  # warpgroup.wait_group({pending})"
+    if op in PIPELINE_OPS:
+        return f"smem.{op}()"
+    raise KeyError(f"unknown op {op!r}")
+
+
+def render_body(task: str, ops: Sequence[tuple[str, str]]) -> str:
+    """One task's schedule body as Python source: head, ``domain_loop``, tail."""
+    first, second = _RESOURCES[task]
+    lines = [
+        f"def {task}_body(res, k_tiles):",
+        f'    {first}, {second} = res["{first}"], res["{second}"]',
+    ]
+    head = [op for op, sec in ops if sec == "head"]
+    if head:
+        what = "K slices loaded ahead" if task == "load" else "wgmma batches issued ahead"
+        lines.append(f"    # head: {what}, before the domain loop")
+    copies = 0
+    for op in head:
+        index = None
+        if op == "coords":
+            index, copies = copies, copies + 1
+        lines.append(f"    {_op_line(op, index)}")
+    start = head.count(PRIMARY_OP[task])
+    lines.append(f"    with domain_loop({start}, k_tiles, 1):  # the remaining K slices")
+    lines += [f"        {_op_line(op, None)}" for op, sec in ops if sec == "loop"]
+    tail = [op for op, sec in ops if sec == "tail"]
+    if tail:
+        lines.append("    # tail: after the domain loop")
+        lines += [f"    {_op_line(op, None)}" for op in tail]
+    return "\n".join(lines) + "\n"
+
+
+def render_config(cfg: GemmConfig) -> str:
+    fields = [
+        "    # load_ops/mma_ops: the same schedule as data (what tsopt's checks replayed); the",
+        "    # schedule that runs is load_body/mma_body below, written out op by op.",
+    ]
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name in ("load_ops", "mma_ops"):  # one line per section
+            fields.append(f"    {f.name}=(")
+            for section in ("head", "loop", "tail"):
+                placed = [(op, sec) for op, sec in value if sec == section]
+                if placed:
+                    fields.append("        " + " ".join(f"{p!r}," for p in placed))
+            fields.append("    ),")
+        else:
+            fields.append(f"    {f.name}={value!r},")
+    return "CONFIG = GemmConfig(\n" + "\n".join(fields) + "\n)\n"
+
+
+MAIN = '''
+
+BODIES = {"load": load_body, "mma": mma_body}
+
+
+def compile_kernel(arch, keep_dir=None):
+    """Compile this candidate for ``arch`` (no GPU needed); returns the compiled function.
+    With ``keep_dir`` the DSL keeps the cubin there (see :func:`cubin_bytes`)."""
+    options = f"--gpu-arch {arch}"
+    if keep_dir:
+        options += f" --keep-cubin --dump-dir {keep_dir}"
+    return cute.compile(make_kernel(CONFIG, BODIES), *compile_args(CONFIG), options=options)
+
+
+def check_on_gpu():
+    """D = A @ B^T on fresh random inputs, D poisoned with NaN first; compared with
+    A.float() @ B.float().T (relative error, Frobenius norm). Needs a GPU."""
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[CONFIG.dtype]
+    tolerance = {"bf16": 1e-2, "fp16": 5e-3}[CONFIG.dtype]
+    a = torch.randn(CONFIG.m, CONFIG.k, device="cuda").to(dtype)
+    b = torch.randn(CONFIG.n, CONFIG.k, device="cuda").to(dtype)
+    d = torch.full((CONFIG.m, CONFIG.n), float("nan"), dtype=dtype, device="cuda")
+    compiled = compile_kernel(ARCH)
+    stream = cuda_driver.CUstream(torch.cuda.current_stream().cuda_stream)
+    compiled(from_dlpack(a, assumed_align=16), from_dlpack(b, assumed_align=16),
+             from_dlpack(d, assumed_align=16), stream)
+    torch.cuda.synchronize()
+    reference = a.float() @ b.float().T
+    unwritten = int(torch.isnan(d).sum().item())
+    rel_err = float((d.float() - reference).norm() / reference.norm())
+    ok = unwritten == 0 and rel_err < tolerance
+    print(f"{'PASS' if ok else 'FAIL'}: D = A @ B^T ({CONFIG.m}x{CONFIG.n}x{CONFIG.k} "
+          f"{CONFIG.dtype}), relative error {rel_err:.2e} (limit {tolerance:.0e}), "
+          f"{unwritten} elements unwritten")
+    return 0 if ok else 1
+
+
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cubin", help="compile for --arch and write the cubin here (no GPU needed)")
+    parser.add_argument("--arch", default=ARCH)
+    args = parser.parse_args(argv)
+    if args.cubin:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as keep:
+            compiled = compile_kernel(args.arch, keep)
+            with open(args.cubin, "wb") as f:
+                f.write(cubin_bytes(compiled))
+        print(f"wrote {args.cubin}")
+        return 0
+    return check_on_gpu()
+
+
+def cubin_bytes(compiled):
+    """The cubin of a compiled function, as the DSL kept it (--keep-cubin)."""
+    cubin = compiled.__cubin__
+    if isinstance(cubin, str):
+        with open(cubin, "rb") as f:
+            return f.read()
+    return bytes(cubin)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+'''
+
+
+def render_kernel_source(cfg: GemmConfig, header: str, arch: str) -> str:
+    """The whole exported ``kernel.py``."""
+    module = inspect.getsource(hopper_gemm_kernel)
+    preamble = (
+        f'"""{header.strip()}\n"""\n\n'
+        "import os\n\n"
+        "# The DSL reads its target when first imported; with no GPU there is nothing to detect.\n"
+        f'os.environ.setdefault("CUTE_DSL_ARCH", "{arch}")\n'
+        f'ARCH = "{arch}"\n\n'
+    )
+    # The kernel module's own docstring becomes a comment block: one docstring per file.
+    body = module.split('"""', 2)[2] if module.startswith('"""') else module
+    kernel_doc = "# " + "\n# ".join(module.split('"""', 2)[1].strip().splitlines()) + "\n"
+    kernel_doc = kernel_doc.replace("# \n", "#\n")
+    candidate = (
+        "\n\n# " + "=" * 86 + "\n# The exported candidate: configuration and schedule, written out.\n# "
+        + "=" * 86 + "\n\n" + render_config(cfg) + "\n\n"
+        + render_body("load", cfg.load_ops) + "\n\n" + render_body("mma", cfg.mma_ops)
+    )
+    return preamble + kernel_doc + body + candidate + MAIN
+
+
+def export_source(genome: Any, problem: Any, arch: str, header: str) -> str:
+    from search_spaces._gemm_config import config_of
+
+    return render_kernel_source(config_of(genome, problem.sizes, problem.dtype), header, arch)

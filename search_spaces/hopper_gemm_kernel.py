@@ -1,0 +1,866 @@
+"""Hopper (sm_90a) warp-specialized GEMM written in TS: ``D = A · Bᵀ``.
+
+A (M×K) and B (N×K) K-major, D (M×N) row-major; bf16 or fp16 in and out,
+fp32 accumulation in registers. One CTA (or each CTA of a cluster) computes
+``tile_m × tile_n`` tiles of D; its K loop is the TS domain.
+
+This module is the kernel of the ``gemm`` search space and stands alone: it
+imports only the CUTLASS DSL, so ``tsopt export`` ships it verbatim inside an
+exported ``kernel.py``. It reads top to bottom like the TS tutorials:
+configuration, resources, dependency graph, schedules, tasks, TaskManager,
+the kernel, its host launch.
+
+Resource/task flow::
+
+                 +--------------+
+                 |  TileCoords  |  (tile, k) coordinates of the next K slice
+                 +------+-------+
+                        |  LoadTask (1 warp): TMA A and B slices into a stage,
+                        |  multicast to the other CTAs of a cluster
+                        v
+                 +------+-------+
+                 |    SmemAB    |  TmaAsync pipeline, `stages` deep
+                 +--+--------+--+
+                    |        |   MathWG i (one warpgroup each): wait for a stage,
+                    |        |   issue wgmma on it (asynchronous!), wait_group(N),
+                    v        v   release the stage
+          +---------+--+  +--+---------+
+          | Accumulator0| | Accumulator1|   fp32 tile in registers (no pipeline:
+          +---------+--+  +--+---------+    the same warpgroup writes and reads it)
+                    |        |   MathWG i, after the K loop: read subtiles
+                    v        v
+               +----+--+  +--+----+
+               | OutD0 |  | OutD1 |   D rows of warpgroup i, direct predicated stores
+               +-------+  +-------+
+
+    WorkQueue (persistent candidates only): every task walks the same static
+    persistent tile stream, one tile per iteration of its work_tile_loop.
+
+The wgmma is asynchronous: ``Accumulator.wgmma`` only *issues* the MMAs of one
+K slice as one commit group, and the SMEM stage they read stays in use until a
+``warpgroup.wait_group(N)`` retires that group. That wait is modelled in TS as
+``SmemAB.wgmma_wait(pending=N)``, a consumer work on the SMEM resource, so TS
+sees that the stage is still being read there; which stage a release frees and
+which batches a wait retires is checked by tsopt (``tsopt.async_release``,
+see ``search_spaces/_gemm_checks.py``), because TS treats the wgmma as a
+synchronous producer work.
+
+Every knob is read from a :class:`GemmConfig` where it is used: ``cfg.tile_m``,
+``cfg.stages``, ``cfg.advance_on_wait`` and so on. The schedule of the load
+task and of each consumer warpgroup is given as placed ops ``(op, section)``
+(``cfg.load_ops``, ``cfg.mma_ops``): the head ops run before the domain loop
+(producer prefetch, wgmma batches kept in flight), the loop ops every K slice,
+the tail ops after it (delayed release, the final ``wait_group(0)``).
+:func:`make_task_manager` renders them into ``@schedule`` functions
+(:func:`placed_body`); an exported kernel passes literal ones instead.
+"""
+
+# No `from __future__ import annotations`: the DSL reads dataclass field
+# annotations (Constexpr or not) at trace time.
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import cuda.bindings.driver as cuda_driver
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.experimental.task_scheduling.enums import WorkAttr
+from cutlass.experimental.task_scheduling.memory import SmemAllocation, SmemAllocator
+from cutlass.experimental.task_scheduling.resources import (
+    MemoryResource,
+    PipelineConfig,
+    StageInfo,
+    TaskLocalVariable,
+    TileSchedulerConfig,
+    WorkQueue,
+    consumer_work,
+    producer_work,
+)
+from cutlass.experimental.task_scheduling.schedule_builder import (
+    domain_loop,
+    schedule,
+    work_tile_loop,
+)
+from cutlass.experimental.task_scheduling.task import Task
+from cutlass.experimental.task_scheduling.task_manager import TaskManager
+from cutlass.tensor_utils import LayoutEnum
+
+Section = Literal["head", "loop", "tail"]
+Placement = tuple[tuple[str, Section], ...]
+
+SM_COUNT = 132
+"""SMs of an H200 (and H100 SXM): a persistent grid is one wave of clusters."""
+WARPGROUP = 4
+"""Warps per warpgroup: register budgets (setmaxnreg) apply per warpgroup."""
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
+EPI_COLS = 64
+"""Columns of D one epilogue subtile covers (the accumulator is drained in slabs)."""
+PRIMARY_OP = {"load": "tma_load", "mma": "wgmma"}
+"""The work op of one K slice of each task: its copies in the head give the domain loop's start."""
+
+IO_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
+ACC_DTYPE = cutlass.Float32
+
+########################################################################################
+# The configuration (every knob of the template, plus derived facts)
+########################################################################################
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Every knob value of one candidate, for one problem. Derived values are properties.
+
+    Plain data: the host verifier, tsopt's checks and the funnel read it without
+    tracing anything.
+    """
+
+    dtype: str
+    m: int
+    n: int
+    k: int
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    stages: int
+    consumers: int
+    producer_wg: str
+    load_warp: int
+    producer_regs: int
+    consumer_regs: int
+    cluster_m: int
+    cluster_n: int
+    raster: str
+    swizzle: int
+    persistent: bool
+    epilogue: str
+    advance_on_wait: bool
+    load_ops: Placement
+    mma_ops: Placement
+
+    # -- schedule shape --------------------------------------------------------------
+    @staticmethod
+    def section(ops: Placement, section: Section) -> tuple[str, ...]:
+        return tuple(op for op, sec in ops if sec == section)
+
+    def head_depth(self, task: str) -> int:
+        ops = self.load_ops if task == "load" else self.mma_ops
+        return self.section(ops, "head").count(PRIMARY_OP[task])
+
+    @property
+    def prefetch(self) -> int:
+        """K slices the producer loads in its head, before its domain loop."""
+        return self.head_depth("load")
+
+    @property
+    def inflight(self) -> int:
+        """wgmma batches issued in the consumer head, before its domain loop."""
+        return self.head_depth("mma")
+
+    # -- sizes -----------------------------------------------------------------------
+    @property
+    def element_bytes(self) -> int:
+        return ELEMENT_BYTES[self.dtype]
+
+    @property
+    def k_tiles(self) -> int:
+        return -(-self.k // self.tile_k)
+
+    @property
+    def tiles_m(self) -> int:
+        return -(-self.m // self.tile_m)
+
+    @property
+    def tiles_n(self) -> int:
+        return -(-self.n // self.tile_n)
+
+    @property
+    def wg_tile_m(self) -> int:
+        """Rows of the CTA tile one consumer warpgroup accumulates."""
+        return self.tile_m // self.consumers
+
+    @property
+    def m_repeats(self) -> int:
+        """m64 wgmma instructions per K step per consumer warpgroup."""
+        return self.wg_tile_m // 64
+
+    @property
+    def acc_registers(self) -> int:
+        """fp32 accumulator registers per consumer thread."""
+        return self.wg_tile_m * self.tile_n // 128
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.tile_m * self.tile_k * self.element_bytes
+
+    @property
+    def b_stage_bytes(self) -> int:
+        return self.tile_n * self.tile_k * self.element_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """What TS's allocator counts: A and B stages (1024-aligned) plus two mbarriers a stage."""
+        a = -(-self.stages * self.a_stage_bytes // 1024) * 1024
+        return a + self.stages * self.b_stage_bytes + 16 * self.stages
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def mcast_size(self) -> int:
+        """CTAs whose consumers release a stage before its producer may refill it."""
+        return self.cluster_m + self.cluster_n - 1
+
+    @property
+    def epi_subtiles(self) -> int:
+        return self.tile_n // EPI_COLS
+
+    @property
+    def ragged(self) -> bool:
+        """M or N not a multiple of the tile: the epilogue must predicate its stores."""
+        return self.m % self.tile_m != 0 or self.n % self.tile_n != 0
+
+    @property
+    def overhang(self) -> bool:
+        """The launch visits tiles beyond the problem: a grid rounded up to whole clusters,
+        or a persistent raster swizzle rounded up to whole swizzle bands. Their stores
+        must be skipped (their loads are TMA zero fill)."""
+        cm, cn = self.cluster_m, self.cluster_n
+        if self.tiles_m % cm or self.tiles_n % cn:
+            return True
+        if self.persistent and self.swizzle > 1:
+            clusters = self.tiles_n // cn if self.raster == "m" else self.tiles_m // cm
+            return clusters % self.swizzle != 0
+        return False
+
+    # -- warp layout -----------------------------------------------------------------
+    @property
+    def producer_group(self) -> int:
+        """First warp of the producer warpgroup."""
+        return 0 if self.producer_wg == "first" else WARPGROUP * self.consumers
+
+    @property
+    def producer_warp(self) -> int:
+        return self.producer_group + self.load_warp
+
+    @property
+    def consumer_warps(self) -> tuple[int, ...]:
+        """First warp of each consumer warpgroup."""
+        base = WARPGROUP if self.producer_wg == "first" else 0
+        return tuple(base + WARPGROUP * i for i in range(self.consumers))
+
+    def padding(self) -> list[tuple[int, int]]:
+        """(first warp, warps) of the padding tasks: the producer warpgroup's other warps."""
+        pads = []
+        if self.load_warp > 0:
+            pads.append((self.producer_group, self.load_warp))
+        if self.load_warp < WARPGROUP - 1:
+            pads.append((self.producer_warp + 1, WARPGROUP - 1 - self.load_warp))
+        return pads
+
+    @property
+    def threads(self) -> int:
+        return 32 * WARPGROUP * (1 + self.consumers)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        """Launch grid: every tile (rounded up to whole clusters) or one wave of clusters."""
+        cm, cn = self.cluster_m, self.cluster_n
+        clusters_m, clusters_n = -(-self.tiles_m // cm), -(-self.tiles_n // cn)
+        if not self.persistent:
+            return (clusters_m * cm, clusters_n * cn, 1)
+        # The static persistent scheduler's grid: (cluster_m, cluster_n, clusters).
+        return (cm, cn, min(clusters_m * clusters_n, SM_COUNT // self.cluster_size))
+
+
+########################################################################################
+# Resources
+########################################################################################
+
+
+@dataclass
+class KernelArgs:
+    """Trace-time objects the resources need; ``None`` when the skeleton is built on the host."""
+
+    tma_atom_a: Any
+    mA: Any
+    tma_atom_b: Any
+    mB: Any
+    mD: Any
+    tiled_mma: Any
+    a_layout: Any
+    b_layout: Any
+    cta_layout_mnk: Any
+    tile_sched_params: Any
+
+
+@dataclass
+class TileCoords(MemoryResource):
+    """Coordinate source (no storage, no pipeline): which tile and K slice to load next."""
+
+    tile_m: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
+    tile_n: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
+    k_tile: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tile_m = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
+        self.tile_n = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
+        self.k_tile = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
+
+    @consumer_work(returns=(tile_m, tile_n, k_tile))
+    @cute.jit
+    def compute_coords(self, stage_info: StageInfo, *, it: cutlass.Constexpr[int] = -1) -> tuple:
+        # Non-persistent: the work tile is the block index, and the grid is the
+        # tile grid. Persistent: the static scheduler already maps its linear
+        # index to (m, n) with the raster order and swizzle of the knobs.
+        m_idx, n_idx, _ = stage_info.work_tile.tile_idx
+        # Head copies (prefetch) run with loop_offset 0; they pass their own K slice.
+        k = stage_info.loop_offset if cutlass.const_expr(it < 0) else it
+        return cutlass.Int32(m_idx), cutlass.Int32(n_idx), cutlass.Int32(k)
+
+
+@dataclass
+class SmemAB(MemoryResource):
+    """The staged A and B K-slices in SMEM behind one TmaAsync pipeline.
+
+    ``wgmma_wait`` is the asynchronous-consumer model: it stands for
+    ``warpgroup.wait_group(pending)`` and is a consumer work on this resource
+    because the SMEM reads of the issued wgmma end there, not at the issue.
+    """
+
+    cfg: cutlass.Constexpr = field(init=False, default=None)
+    args: cutlass.Constexpr = field(init=False, default=None)
+    sA: Any = field(init=False, default=None)
+    sB: Any = field(init=False, default=None)
+    mcast_mask_a: Any = field(init=False, default=None)
+    mcast_mask_b: Any = field(init=False, default=None)
+    cluster_coord: Any = field(init=False, default=None)
+    stage: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
+    _alloc_a: cutlass.Constexpr = field(init=False, default=None)
+    _alloc_b: cutlass.Constexpr = field(init=False, default=None)
+
+    def __init__(self, cfg: GemmConfig, args: KernelArgs | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cfg = cfg
+        self.args = args
+        self.stage = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
+        # 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows.
+        self._alloc_a = SmemAllocation("smem_a", cfg.stages * cfg.a_stage_bytes, alignment=1024)
+        self._alloc_b = SmemAllocation("smem_b", cfg.stages * cfg.b_stage_bytes, alignment=1024)
+        if args is not None:
+            # Runtime state must keep one structure through the task's dynamic
+            # control flow, so it exists (with placeholder values) from the start.
+            self.sA = _smem_tensor_at(0, args.a_layout, cfg)
+            self.sB = _smem_tensor_at(0, args.b_layout, cfg)
+            self.cluster_coord = (cutlass.Int32(0), cutlass.Int32(0), cutlass.Int32(0))
+            self.mcast_mask_a = cutlass.Int16(0)
+            self.mcast_mask_b = cutlass.Int16(0)
+
+    def get_smem_requirements(self) -> list:
+        return [self._alloc_a, self._alloc_b]
+
+    @producer_work(work_attrs=WorkAttr.AUXILIARY)
+    @cute.jit
+    def init_load(self, stage_info: StageInfo) -> None:
+        self.sA = _smem_tensor(stage_info, self._alloc_a, self.args.a_layout, self.cfg)
+        self.sB = _smem_tensor(stage_info, self._alloc_b, self.args.b_layout, self.cfg)
+        layout = self.args.cta_layout_mnk
+        rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        coord = layout.get_flat_coord(rank)
+        # Extent-1 modes fold to Python ints; loop-carried state must be DSL values.
+        self.cluster_coord = tuple(cutlass.Int32(c) for c in coord)
+        # A is shared by the CTAs of a cluster row (same m), B by a cluster column.
+        self.mcast_mask_a = cutlass.Int16(cute.make_layout_image_mask(layout, coord, mode=1))
+        self.mcast_mask_b = cutlass.Int16(cute.make_layout_image_mask(layout, coord, mode=0))
+
+    @producer_work
+    @cute.jit
+    def tma_load(
+        self,
+        stage_info: StageInfo,
+        *,
+        tile_m: cutlass.Int32,
+        tile_n: cutlass.Int32,
+        k_tile: cutlass.Int32,
+    ) -> None:
+        cfg = self.cfg
+        layout = self.args.cta_layout_mnk
+        gA = cute.local_tile(self.args.mA, (cfg.tile_m, cfg.tile_k), (tile_m, None))
+        gB = cute.local_tile(self.args.mB, (cfg.tile_n, cfg.tile_k), (tile_n, None))
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+            self.args.tma_atom_a,
+            self.cluster_coord[1],
+            cute.make_layout(cute.slice_(layout, (0, None, 0)).shape),
+            cute.group_modes(self.sA, 0, 2),
+            cute.group_modes(gA, 0, 2),
+        )
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+            self.args.tma_atom_b,
+            self.cluster_coord[0],
+            cute.make_layout(cute.slice_(layout, (None, 0, 0)).shape),
+            cute.group_modes(self.sB, 0, 2),
+            cute.group_modes(gB, 0, 2),
+        )
+        bar = cute.make_ptr(
+            cutlass.Int64, stage_info.barrier.data_ptr().toint(), cutlass.AddressSpace.smem
+        )
+        cute.copy(
+            self.args.tma_atom_a,
+            tAgA[(None, k_tile)],
+            tAsA[(None, stage_info.stage_idx)],
+            tma_bar_ptr=bar,
+            mcast_mask=self.mcast_mask_a if cutlass.const_expr(cfg.cluster_n > 1) else 0,
+        )
+        cute.copy(
+            self.args.tma_atom_b,
+            tBgB[(None, k_tile)],
+            tBsB[(None, stage_info.stage_idx)],
+            tma_bar_ptr=bar,
+            mcast_mask=self.mcast_mask_b if cutlass.const_expr(cfg.cluster_m > 1) else 0,
+        )
+
+    @consumer_work(returns=stage)
+    @cute.jit
+    def read_stage(self, stage_info: StageInfo) -> cutlass.Int32:
+        """The stage the consumer just waited for, handed to the wgmma that reads it."""
+        return cutlass.Int32(stage_info.stage_idx)
+
+    @consumer_work
+    @cute.jit
+    def wgmma_wait(self, stage_info: StageInfo, *, pending: cutlass.Constexpr[int] = 0) -> None:
+        """``warpgroup.wait_group(pending)``: all but the newest ``pending`` batches are done."""
+        cute.nvgpu.warpgroup.wait_group(pending)
+
+
+@dataclass
+class Accumulator(MemoryResource):
+    """One consumer warpgroup's fp32 accumulator tile, in registers.
+
+    No pipeline: the same warpgroup issues the wgmma into it (producer work) and
+    drains it in the epilogue (consumer work).
+    """
+
+    cfg: cutlass.Constexpr = field(init=False, default=None)
+    args: cutlass.Constexpr = field(init=False, default=None)
+    wg: cutlass.Constexpr[int] = field(init=False, default=0)
+    smem_offsets: cutlass.Constexpr = field(init=False, default=None)
+    acc: Any = field(init=False, default=None)
+    tCrA: Any = field(init=False, default=None)
+    tCrB: Any = field(init=False, default=None)
+    frag: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
+
+    def __init__(
+        self, cfg: GemmConfig, args: KernelArgs | None, wg: int, smem: SmemAB, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.cfg = cfg
+        self.args = args
+        self.wg = wg
+        self.smem_offsets = (smem._alloc_a, smem._alloc_b)
+        n = 4 * (EPI_COLS // 8) * cfg.m_repeats
+        self.frag = TaskLocalVariable(
+            dtype=ACC_DTYPE, default_factory=lambda: cutlass.full([n], 0.0, ACC_DTYPE)
+        )
+        if args is not None:
+            thr = args.tiled_mma.get_slice(0)
+            self.tCrA = args.tiled_mma.make_fragment_A(
+                thr.partition_A(_smem_tensor_at(0, args.a_layout, cfg)))
+            self.tCrB = args.tiled_mma.make_fragment_B(
+                thr.partition_B(_smem_tensor_at(0, args.b_layout, cfg)))
+            # The accumulator lives for the whole kernel; wgmma writes it in place.
+            tile_c = cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))
+            self.acc = cute.make_rmem_tensor(thr.partition_C(tile_c).shape, ACC_DTYPE)
+
+    @cute.jit
+    def _thr_mma(self) -> Any:
+        tidx, _, _ = cute.arch.thread_idx()
+        return self.args.tiled_mma.get_slice(tidx % 128 + 128 * self.wg)
+
+    @producer_work(work_attrs=WorkAttr.AUXILIARY)
+    @cute.jit
+    def init_acc(self, stage_info: StageInfo) -> None:
+        alloc_a, alloc_b = self.smem_offsets
+        sA = _smem_tensor(stage_info, alloc_a, self.args.a_layout, self.cfg)
+        sB = _smem_tensor(stage_info, alloc_b, self.args.b_layout, self.cfg)
+        thr = self._thr_mma()
+        self.tCrA = self.args.tiled_mma.make_fragment_A(thr.partition_A(sA))
+        self.tCrB = self.args.tiled_mma.make_fragment_B(thr.partition_B(sB))
+
+    @producer_work(work_attrs=WorkAttr.AUXILIARY)
+    @cute.jit
+    def zero_acc(self, stage_info: StageInfo) -> None:
+        self.acc.fill(0.0)
+
+    @producer_work
+    @cute.jit
+    def wgmma(self, stage_info: StageInfo, *, stage: cutlass.Int32) -> None:
+        """Issue the wgmma of one K slice (one commit group); does not wait for it."""
+        cute.nvgpu.warpgroup.fence()
+        for kb in cutlass.range_constexpr(self.cfg.tile_k // 16):
+            cute.gemm(
+                self.args.tiled_mma,
+                self.acc,
+                self.tCrA[(None, None, kb, stage)],
+                self.tCrB[(None, None, kb, stage)],
+                self.acc,
+            )
+        cute.nvgpu.warpgroup.commit_group()
+
+    @consumer_work(returns=frag)
+    @cute.jit
+    def read_acc(self, stage_info: StageInfo, *, subtile: cutlass.Constexpr[int]) -> Any:
+        """Accumulator values of columns [subtile*64, subtile*64+64) of this thread's rows."""
+        groups = EPI_COLS // 8
+        vals = []
+        for rr in cutlass.range_constexpr(self.cfg.m_repeats):
+            for g in cutlass.range_constexpr(groups):
+                for r2 in cutlass.range_constexpr(2):
+                    for c2 in cutlass.range_constexpr(2):
+                        vals.append(self.acc[((c2, r2, subtile * groups + g), rr, 0)])
+        return cutlass.Vector.from_elements(vals, ACC_DTYPE)
+
+
+@dataclass
+class OutD(MemoryResource):
+    """The rows of D one consumer warpgroup writes: direct, predicated stores from registers."""
+
+    cfg: cutlass.Constexpr = field(init=False, default=None)
+    args: cutlass.Constexpr = field(init=False, default=None)
+    wg: cutlass.Constexpr[int] = field(init=False, default=0)
+
+    def __init__(self, cfg: GemmConfig, args: KernelArgs | None, wg: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cfg = cfg
+        self.args = args
+        self.wg = wg
+
+    @producer_work
+    @cute.jit
+    def store(
+        self, stage_info: StageInfo, *, frag: cutlass.Float32, subtile: cutlass.Constexpr[int]
+    ) -> None:
+        cfg = self.cfg
+        tidx, _, _ = cute.arch.thread_idx()
+        thr = self.args.tiled_mma.get_slice(tidx % 128 + 128 * self.wg)
+        tCcC = thr.partition_C(cute.make_identity_tensor((cfg.tile_m, cfg.tile_n)))
+        m_idx, n_idx, _ = stage_info.work_tile.tile_idx
+        m0 = cutlass.Int32(m_idx) * cfg.tile_m
+        n0 = cutlass.Int32(n_idx) * cfg.tile_n
+        d_ptr = self.args.mD.iterator.raw_ptr()
+        out_dtype = IO_DTYPES[cfg.dtype]
+        groups = EPI_COLS // 8
+        # Tiles past the problem (cluster or swizzle rounding) write nothing.
+        tile_in = (cutlass.Int32(m_idx) < cfg.tiles_m) & (cutlass.Int32(n_idx) < cfg.tiles_n)
+        for rr in cutlass.range_constexpr(cfg.m_repeats):
+            for g in cutlass.range_constexpr(groups):
+                for r2 in cutlass.range_constexpr(2):
+                    i = ((rr * groups + g) * 2 + r2) * 2
+                    row, col = tCcC[((0, r2, subtile * groups + g), rr, 0)]
+                    pair = cutlass.Vector.from_elements([frag[i], frag[i + 1]], ACC_DTYPE)
+                    dst = d_ptr + (cutlass.Int64(m0 + row) * cfg.n + cutlass.Int64(n0 + col))
+                    if cutlass.const_expr(cfg.ragged):
+                        # A pair is wholly in or out: N % 8 == 0 and col is even.
+                        if (m0 + row < cfg.m) & (n0 + col < cfg.n):
+                            dst.store(pair.to(out_dtype), alignment=4)
+                    elif cutlass.const_expr(cfg.overhang):
+                        if tile_in:
+                            dst.store(pair.to(out_dtype), alignment=4)
+                    else:
+                        dst.store(pair.to(out_dtype), alignment=4)
+
+
+@cute.jit
+def _smem_tensor(stage_info: StageInfo, alloc: SmemAllocation, layout: Any, cfg: Any) -> Any:
+    """A swizzled, staged SMEM tensor over one allocation of the TS allocator."""
+    return _smem_tensor_at(stage_info.context.smem_base.data_ptr() + alloc.offset, layout, cfg)
+
+
+def _smem_tensor_at(address: Any, layout: Any, cfg: Any) -> Any:
+    ptr = cute.make_ptr(IO_DTYPES[cfg.dtype], address, cute.AddressSpace.smem, assumed_align=1024)
+    return cute.make_tensor(cute.recast_ptr(ptr, layout.inner), layout.outer)
+
+
+########################################################################################
+# Schedules: each task's placed ops, head / domain loop / tail
+########################################################################################
+
+ScheduleBody = Callable[[dict[str, Any], int], None]
+"""A task's schedule body: called inside its ``@schedule`` with the resource proxies by name
+(load: ``coords``, ``smem``; mma: ``smem``, ``acc``) and the domain's length (K slices)."""
+
+PIPELINE_OPS = ("try_acquire", "acquire", "commit", "try_wait", "wait", "release")
+
+
+def emit_ops(ops: Sequence[tuple[str, Section]], section: Section, res: dict[str, Any]) -> None:
+    """Record one section's ops in order. Head copies of ``coords`` carry their own K slice
+    (``it``); ``wgmma_wait<N>`` is ``warpgroup.wait_group(N)``."""
+    tokens: dict[str, Any] = {}
+    copies = 0
+    for op, sec in ops:
+        if sec != section:
+            continue
+        if op == "coords":
+            it = copies if section == "head" else -1
+            copies += 1
+            tokens["coords"] = res["coords"].compute_coords(it=it)
+        elif op == "tma_load":
+            tile_m, tile_n, k_tile = tokens["coords"]
+            res["smem"].tma_load(tile_m=tile_m, tile_n=tile_n, k_tile=k_tile)
+        elif op == "read_stage":
+            tokens["stage"] = res["smem"].read_stage()
+        elif op == "wgmma":
+            res["acc"].wgmma(stage=tokens["stage"])
+        elif op.startswith("wgmma_wait"):
+            res["smem"].wgmma_wait(pending=int(op.removeprefix("wgmma_wait")))
+        elif op in PIPELINE_OPS:
+            getattr(res["smem"], op)()
+        else:
+            raise KeyError(f"unknown op {op!r}")
+
+
+def placed_body(task: str, cfg: GemmConfig) -> ScheduleBody:
+    """The schedule body of ``task`` (``load`` or ``mma``) from its placed ops: the head
+    (``prefetch`` K slices loaded, or ``inflight`` wgmma batches issued, before the loop),
+    the domain loop over the remaining K slices, the tail."""
+    ops = cfg.load_ops if task == "load" else cfg.mma_ops
+
+    def body(res: dict[str, Any], k_tiles: int) -> None:
+        emit_ops(ops, "head", res)
+        with domain_loop(cfg.head_depth(task), k_tiles, 1):
+            emit_ops(ops, "loop", res)
+        emit_ops(ops, "tail", res)
+
+    return body
+
+
+########################################################################################
+# Dependency graph, tasks, TaskManager
+########################################################################################
+
+
+def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | None = None,
+                      verbose: bool = False,
+                      bodies: dict[str, ScheduleBody] | None = None) -> TaskManager:
+    """Build the TS skeleton of one candidate.
+
+    With ``args=None`` nothing touches the DSL tracer: this is what the host
+    verifier constructs (``domain`` then overrides the K-tile count). In the
+    kernel the same function builds the skeleton that is compiled, so the
+    verified schedule and the compiled one cannot drift apart. ``bodies`` are
+    the load and mma schedule bodies (default: rendered from the placed ops of
+    ``cfg`` by :func:`placed_body`).
+    """
+    k_tiles = cfg.k_tiles if domain is None else domain
+
+    # -- resources ---------------------------------------------------------------------
+    pipeline_cfg = PipelineConfig.create_tma_async_pipeline_cfg(
+        num_stages=cfg.stages,
+        # Bytes landing in *this* CTA's stage: the full A and B slices, part of
+        # them written by the multicast of the other CTAs of the cluster.
+        num_bytes=cfg.stage_bytes,
+        producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+        # CUTLASS TmaAsync release: one lane per consumer warp signals every
+        # CTA that multicasts into this stage.
+        consumer_group=pipeline.CooperativeGroup(
+            pipeline.Agent.Thread, WARPGROUP * cfg.consumers * cfg.mcast_size
+        ),
+        cta_layout_vmnk=(1, cfg.cluster_m, cfg.cluster_n, 1),
+        advance_on_wait=cfg.advance_on_wait,
+    )
+    coords = TileCoords(name="TileCoords")
+    smem_ab = SmemAB(cfg, args, name="SmemAB", pipeline_config=pipeline_cfg)
+    accs = [Accumulator(cfg, args, i, smem_ab, name=f"Acc{i}") for i in range(cfg.consumers)]
+    outs = [OutD(cfg, args, i, name=f"OutD{i}") for i in range(cfg.consumers)]
+    wq = None
+    if cfg.persistent:
+        wq = WorkQueue(
+            tile_scheduler_config=TileSchedulerConfig.create_static_persistent_tile_scheduler_params(
+                tile_scheduler_params=None if args is None else args.tile_sched_params
+            ),
+            name="WorkQueue",
+        )
+    allocator = SmemAllocator()
+    allocator.add_resource(smem_ab)
+    allocator.compute_layout()
+
+    # -- dependency graph --------------------------------------------------------------
+    queue = [wq] if wq is not None else []
+    dependency_graph: dict = {smem_ab: [coords, *queue]}
+    for acc, out in zip(accs, outs, strict=True):
+        dependency_graph[acc] = [smem_ab, *queue]
+        dependency_graph[out] = [acc, *queue]
+
+    # -- schedules ---------------------------------------------------------------------
+    bodies = bodies or {"load": placed_body("load", cfg), "mma": placed_body("mma", cfg)}
+
+    def tiles(wq: WorkQueue | None) -> Any:
+        return work_tile_loop(wq) if wq is not None else contextlib.nullcontext()
+
+    def next_tile(wq: WorkQueue | None) -> None:
+        if wq is not None:
+            wq.try_wait()
+            wq.wait()
+            wq.get_and_advance_work_tile()
+            wq.release()
+
+    @schedule
+    def load_schedule(coords: TileCoords, smem_ab: SmemAB, *queue: WorkQueue) -> None:
+        wq = queue[0] if queue else None
+        smem_ab.init_load()
+        with tiles(wq):
+            bodies["load"]({"coords": coords, "smem": smem_ab}, k_tiles)
+            next_tile(wq)
+
+    @schedule
+    def mma_schedule(smem_ab: SmemAB, acc: Accumulator, out: OutD, *queue: WorkQueue) -> None:
+        wq = queue[0] if queue else None
+        acc.init_acc()
+        with tiles(wq):
+            acc.zero_acc()
+            bodies["mma"]({"smem": smem_ab, "acc": acc}, k_tiles)
+            for subtile in range(cfg.epi_subtiles):  # trace-time unrolled epilogue
+                out.store(frag=acc.read_acc(subtile=subtile), subtile=subtile)
+            next_tile(wq)
+
+    @schedule
+    def padding_schedule(*queue: WorkQueue) -> None:
+        wq = queue[0] if queue else None
+        with tiles(wq):
+            with domain_loop(0, k_tiles, 1):
+                pass
+            next_tile(wq)
+
+    # -- tasks -------------------------------------------------------------------------
+    tasks = [
+        Task(name="LoadTask", src_resources=[coords, *queue], dst_resources=[smem_ab],
+             warp_idx=cfg.producer_warp, num_warps=1,
+             schedule=load_schedule(coords, smem_ab, *queue), num_registers=cfg.producer_regs),
+    ]
+    # Register budgets are per warpgroup: the rest of the producer's warpgroup
+    # idles with the producer's budget.
+    for i, (first, warps) in enumerate(cfg.padding()):
+        tasks.append(
+            Task(name=f"PaddingTask{i}", src_resources=[*queue], dst_resources=[],
+                 warp_idx=first, num_warps=warps, schedule=padding_schedule(*queue),
+                 num_registers=cfg.producer_regs)
+        )
+    for i, (acc, out) in enumerate(zip(accs, outs, strict=True)):
+        tasks.append(
+            Task(name=f"MathWG{i}", src_resources=[smem_ab, acc, *queue],
+                 dst_resources=[acc, out], warp_idx=cfg.consumer_warps[i], num_warps=WARPGROUP,
+                 schedule=mma_schedule(smem_ab, acc, out, *queue),
+                 num_registers=cfg.consumer_regs)
+        )
+
+    # -- TaskManager: runs every TS check and the exhaustive deadlock/race BFS ----------
+    return TaskManager(
+        tasks=tasks, resource_dependency_graph=dependency_graph, smem_allocator=allocator,
+        verbose=verbose,
+        # In the kernel the schedule was already verified on the host with a
+        # concrete domain of stages + 2; the trace-time checks would repeat it at the
+        # full K domain, where TS's credit simulation stops after (longest schedule +
+        # 100) lock steps and reports stalled long domains (e.g. 128 K slices through 2
+        # stages) as unmatched acquires. So in the kernel TS only warns.
+        exhaustive_deadlock_race_check=args is None,
+        skip_validation=args is not None,
+    )
+
+
+########################################################################################
+# Run: the kernel and its host launch
+########################################################################################
+
+
+def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) -> Any:
+    """The ``@cute.jit`` host function of one configuration: ``(a, b, d, stream)`` launches
+    one GEMM. ``bodies``: the schedule bodies (default: rendered from ``cfg``)."""
+
+    @cute.kernel
+    def gemm_kernel(tma_atom_a: cute.CopyAtom, mA: cute.Tensor, tma_atom_b: cute.CopyAtom,
+                    mB: cute.Tensor, mD: cute.Tensor, tiled_mma: cute.TiledMma,
+                    a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
+                    cta_layout_mnk: cute.Layout, tile_sched_params: Any) -> None:
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == cfg.producer_warp:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
+        args = KernelArgs(tma_atom_a, mA, tma_atom_b, mB, mD, tiled_mma, a_layout, b_layout,
+                          cta_layout_mnk, tile_sched_params)
+        task_manager = make_task_manager(cfg, args, bodies=bodies)
+        task_manager.setup_resources_and_tasks()
+        cute.arch.mbarrier_init_fence()
+        # Peers multicast into this CTA's stages and arrive on its barriers: every
+        # barrier of the cluster must be initialised before anyone runs.
+        if cutlass.const_expr(cfg.cluster_size > 1):
+            cute.arch.cluster_arrive_relaxed()
+            cute.arch.cluster_wait()
+        else:
+            cute.arch.sync_threads()
+        task_manager.run()
+
+    @cute.jit
+    def gemm_host(a: cute.Tensor, b: cute.Tensor, d: cute.Tensor,
+                  stream: cuda_driver.CUstream) -> None:
+        io = IO_DTYPES[cfg.dtype]
+        tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+        # Warpgroups split the tile along M; each issues m64 x tile_n wgmma.
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            io, io, LayoutEnum.from_tensor(a).sm90_mma_major_mode(),
+            LayoutEnum.from_tensor(b).sm90_mma_major_mode(), ACC_DTYPE,
+            (cfg.consumers, 1, 1), tiler_mn=(64, cfg.tile_n),
+        )
+        # Every wgmma accumulates: the accumulator is zeroed per tile instead.
+        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        a_layout = sm90_utils.make_smem_layout_a(
+            LayoutEnum.from_tensor(a), tile_mnk, io, cfg.stages)
+        b_layout = sm90_utils.make_smem_layout_b(
+            LayoutEnum.from_tensor(b), tile_mnk, io, cfg.stages)
+        # A is shared by the CTAs of a cluster row, B by those of a cluster column:
+        # each CTA loads 1/cluster_n of A's slice (1/cluster_m of B's) and multicasts it.
+        tma_atom_a, mA = _tma_load_atom(a, a_layout, (cfg.tile_m, cfg.tile_k), cfg.cluster_n)
+        tma_atom_b, mB = _tma_load_atom(b, b_layout, (cfg.tile_n, cfg.tile_k), cfg.cluster_m)
+        cta_layout_mnk = cute.make_layout((cfg.cluster_m, cfg.cluster_n, 1))
+        tile_sched_params = None
+        grid = cfg.grid
+        if cutlass.const_expr(cfg.persistent):
+            tile_sched_params = utils.PersistentTileSchedulerParams(
+                (cfg.tiles_m, cfg.tiles_n, 1), (cfg.cluster_m, cfg.cluster_n, 1),
+                swizzle_size=cfg.swizzle, raster_along_m=cfg.raster == "m",
+            )
+            grid = utils.StaticPersistentTileScheduler.get_grid_shape(
+                tile_sched_params, SM_COUNT // cfg.cluster_size)
+        gemm_kernel(
+            tma_atom_a, mA, tma_atom_b, mB, d, tiled_mma, a_layout, b_layout, cta_layout_mnk,
+            tile_sched_params,
+        ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1),
+                 stream=stream)
+
+    return gemm_host
+
+
+def _tma_load_atom(tensor: Any, layout_staged: Any, tile: tuple[int, int], mcast: int) -> Any:
+    op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp() if mcast == 1
+          else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp())
+    return cute.nvgpu.cpasync.make_tiled_tma_atom(
+        op, tensor, cute.slice_(layout_staged, (None, None, 0)), tile, num_multicast=mcast)
+
+
+def compile_args(cfg: GemmConfig) -> tuple:
+    """Fake A, B, D and stream for ``cute.compile`` (static shapes: one kernel per problem)."""
+    from cutlass.cute.runtime import make_fake_compact_tensor
+    from cutlass.runtime import make_fake_stream
+
+    io = IO_DTYPES[cfg.dtype]
+    a = make_fake_compact_tensor(io, (cfg.m, cfg.k), stride_order=(1, 0), assumed_align=16)
+    b = make_fake_compact_tensor(io, (cfg.n, cfg.k), stride_order=(1, 0), assumed_align=16)
+    d = make_fake_compact_tensor(io, (cfg.m, cfg.n), stride_order=(1, 0), assumed_align=16)
+    return a, b, d, make_fake_stream()
