@@ -100,7 +100,7 @@ ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
 EPI_COLS = 64
 """Columns of D one epilogue subtile covers (the accumulator is drained in slabs)."""
 PRIMARY_OP = {"load": "tma_load", "mma": "wgmma"}
-"""The work op of one K slice of each task: its copies in the head give the domain loop's start."""
+"""The op that opens one K slice of each task (counted in the head: the loop start)."""
 
 IO_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
 ACC_DTYPE = cutlass.Float32
