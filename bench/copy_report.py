@@ -73,6 +73,10 @@ def summarise(directory: Path) -> dict:
     }
 
 
+def statuses(summary: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items()))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("bundles", nargs="+", type=Path)
@@ -87,7 +91,7 @@ def main() -> int:
     for s in summaries:
         p, b, seed = s["problem"], s["best"], s["seed"]
         lines.append(
-            f"| {p['dtype']} {p['rows']}x{p['cols']} | {s['candidates']} ({', '.join(f'{k} {v}' for k, v in sorted(s['statuses'].items()))}) "
+            f"| {p['dtype']} {p['rows']}x{p['cols']} | {s['candidates']} ({statuses(s)}) "
             f"| `{b['genome_hash'][:12]}` | {b['rate']:.0f} | {b['ratio']:.3f} | "
             f"{seed['rate']:.0f} | {seed['ratio']:.4f} |"
             if seed and seed["status"] == "ok"

@@ -1,6 +1,7 @@
 """Dump studies of a tsopt database as JSON: every candidate with its verdict, build, measurements.
 
-    python bench/dump_studies.py sqlite:///bench/h200_session/session.sqlite --out bench/h200_session/studies.json
+    python bench/dump_studies.py sqlite:///bench/h200_session/session.sqlite \
+        --out bench/h200_session/studies.json
 """
 
 import argparse

@@ -47,7 +47,8 @@ def main() -> int:
                 store.record_measurement(cid, Measurement.from_dict(row["measurement"]), run_id)
         store.set_study_status(name, "finished")
         best = store.ranked(name, limit=1)
-        print(f"{name}: {len(rows)} candidates, best {best[0].measurement.ratio:.3f}x cuBLAS" if best else name)
+        ratio = f", best {best[0].measurement.ratio:.3f}x cuBLAS" if best else ""
+        print(f"{name}: {len(rows)} candidates{ratio}")
     store.close()
     return 0
 

@@ -72,7 +72,7 @@ class Toolchain:
 
 
 def _dsl_root() -> Path:
-    import nvidia_cutlass_dsl  # type: ignore[import-not-found]
+    import nvidia_cutlass_dsl
 
     return Path(next(iter(nvidia_cutlass_dsl.__path__)))
 
@@ -303,7 +303,7 @@ def build_candidate(
         return BuildResult(**{**cached.to_dict(), "cache_hit": True})
 
     versions = tool_versions()
-    base = dict(
+    base: dict[str, Any] = dict(
         genome_hash=genome.hash,
         problem_key=problem.key,
         arch=arch,

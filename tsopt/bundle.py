@@ -45,7 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tsopt.artifact import LIBRARY_NAME, MANIFEST_NAME as ARTIFACT_MANIFEST, ArtifactError, ArtifactManifest
+from tsopt.artifact import LIBRARY_NAME, ArtifactError, ArtifactManifest
+from tsopt.artifact import MANIFEST_NAME as ARTIFACT_MANIFEST
 from tsopt.errors import UserInputError
 from tsopt.genome import Genome, GenomeError
 from tsopt.problem import Problem, ProblemError

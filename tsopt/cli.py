@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -52,7 +52,9 @@ class _Guard:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> Literal[False]:
         if exc is None or isinstance(exc, typer.Exit | KeyboardInterrupt | SystemExit):
             return False
         from tsopt.genome import GenomeError
@@ -294,7 +296,9 @@ def export(
 @app.command()
 def spaces(
     name: str = typer.Argument(None, help="A space to describe (omit to list all)."),
-    problem: str = typer.Option(None, help="Problem for knob choices and the funnel, e.g. copy:fp16:4096x4096."),
+    problem: str = typer.Option(
+        None, help="Problem for knob choices and the funnel, e.g. copy:fp16:4096x4096."
+    ),
     funnel: bool = typer.Option(False, help="Run the enumerator funnel (verifies every candidate)."),
     build: int = typer.Option(0, help="With --funnel: also build this many valid candidates."),
 ) -> None:

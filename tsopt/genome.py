@@ -28,12 +28,12 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, cast
+from typing import Any, Literal, cast
 
 Section = Literal["head", "loop", "tail"]
 SECTIONS: tuple[Section, ...] = ("head", "loop", "tail")
 
-GeneValue = Union[int, str, bool, tuple[int, ...]]
+GeneValue = int | str | bool | tuple[int, ...]
 
 GENOME_FORMAT = 1
 

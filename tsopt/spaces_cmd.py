@@ -6,9 +6,17 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from tsopt.errors import UserInputError
@@ -81,7 +89,7 @@ def spaces_command(
     from tsopt.funnel import compute_funnel
 
     with _progress(console) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def progress(what: str, done: int, total: int) -> None:
             if what not in tasks:
@@ -131,7 +139,9 @@ def spaces_command(
     return 0
 
 
-def _build_sample(space, problem, n, console):  # type: ignore[no-untyped-def]
+def _build_sample(
+    space: Any, problem: Any, n: int, console: Console
+) -> tuple[int, int, list[float]]:
     """Build ``n`` valid candidates drawn at random from the space (fixed seed)."""
     from tsopt.builder import build_candidate
     from tsopt.verifier import verify_genome
@@ -140,7 +150,7 @@ def _build_sample(space, problem, n, console):  # type: ignore[no-untyped-def]
         def __init__(self, rng: random.Random) -> None:
             self.rng = rng
 
-        def suggest_categorical(self, _name: str, choices: list) -> object:  # type: ignore[type-arg]
+        def suggest_categorical(self, _name: str, choices: list[Any]) -> object:
             return self.rng.choice(choices)
 
     rng = random.Random(0)

@@ -55,12 +55,10 @@ from tsopt.artifact import ArtifactError, ArtifactManifest, TensorDesc
 from tsopt.bundle import Baseline, utc_now
 from tsopt.loader import (  # the CUDA-library loading shared with tsopt.load_kernel
     CUDART_SONAMES,  # noqa: F401 - re-exported
-    CudaLibraries,
     CudaRuntime,
     KernelLibrary,
     KernelLoadError,
     cudart_candidates,  # noqa: F401 - re-exported
-    load_cuda,
     needed_cudart,  # noqa: F401 - re-exported
     torch_library_dirs,  # noqa: F401 - re-exported
 )
