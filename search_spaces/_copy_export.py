@@ -9,12 +9,10 @@ the DSL, or compiles it for an arch and writes the cubin (``--cubin``).
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from search_spaces import copy_tma_kernel
+from search_spaces import _export_source, copy_tma_kernel
 from search_spaces.copy_tma_kernel import PRIMARY_OP, CopyConfig
 
 _CALLS = {
@@ -61,16 +59,16 @@ def render_body(task: str, ops: Sequence[tuple[str, str]]) -> str:
 
 
 def render_config(cfg: CopyConfig) -> str:
-    fields = [
-        "    # load_ops/store_ops: the same schedule as data, for the derived facts (loop starts);",
-        "    # the schedule that runs is load_body/store_body below, written out op by op.",
-    ]
-    for f in dataclasses.fields(cfg):
-        fields.append(f"    {f.name}={getattr(cfg, f.name)!r},")
-    return "CONFIG = CopyConfig(\n" + "\n".join(fields) + "\n)\n"
+    return _export_source.render_config(
+        cfg,
+        (
+            "load_ops/store_ops: the same schedule as data, for the derived facts (loop starts);",
+            "the schedule that runs is load_body/store_body below, written out op by op.",
+        ),
+    )
 
 
-MAIN = '''
+TEMPLATE_MAIN = '''
 
 BODIES = {"load": load_body, "store": store_body}
 
@@ -109,58 +107,19 @@ def check_on_gpu():
     return 0 if same else 1
 
 
-def main(argv=None):
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cubin", help="compile for --arch and write the cubin here (no GPU needed)")
-    parser.add_argument("--arch", default=ARCH)
-    args = parser.parse_args(argv)
-    if args.cubin:
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as keep:
-            compiled = compile_kernel(args.arch, keep)
-            with open(args.cubin, "wb") as f:
-                f.write(cubin_bytes(compiled))
-        print(f"wrote {args.cubin}")
-        return 0
-    return check_on_gpu()
-
-
-def cubin_bytes(compiled):
-    """The cubin of a compiled function, as the DSL kept it (--keep-cubin)."""
-    cubin = compiled.__cubin__
-    if isinstance(cubin, str):
-        with open(cubin, "rb") as f:
-            return f.read()
-    return bytes(cubin)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 '''
 
 
 def render_kernel_source(cfg: CopyConfig, header: str, arch: str) -> str:
     """The whole exported ``kernel.py``."""
-    module = inspect.getsource(copy_tma_kernel)
-    preamble = (
-        f'"""{header.strip()}\n"""\n\n'
-        "import os\n\n"
-        "# The DSL reads its target when first imported; with no GPU there is nothing to detect.\n"
-        f'os.environ.setdefault("CUTE_DSL_ARCH", "{arch}")\n'
-        f'ARCH = "{arch}"\n\n'
-    )
-    # The kernel module's own docstring becomes a comment block: one docstring per file.
-    body = module.split('"""', 2)[2] if module.startswith('"""') else module
     candidate = (
-        "\n\n# " + "=" * 86 + "\n# The exported candidate: configuration and schedule, written out.\n# "
-        + "=" * 86 + "\n\n" + render_config(cfg) + "\n\n"
-        + render_body("load", cfg.load_ops) + "\n\n" + render_body("store", cfg.store_ops)
+        render_config(cfg)
+        + "\n\n"
+        + render_body("load", cfg.load_ops)
+        + "\n\n"
+        + render_body("store", cfg.store_ops)
     )
-    kernel_doc = "# " + "\n# ".join(module.split('"""', 2)[1].strip().splitlines()) + "\n"
-    return preamble + kernel_doc + body + candidate + MAIN
+    return _export_source.assemble(copy_tma_kernel, header, arch, candidate, TEMPLATE_MAIN)
 
 
 def export_source(genome: Any, problem: Any, arch: str, header: str) -> str:

@@ -10,12 +10,10 @@ arch and writes the cubin (``--cubin``).
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from search_spaces import hopper_gemm_kernel
+from search_spaces import _export_source, hopper_gemm_kernel
 from search_spaces.hopper_gemm_kernel import PIPELINE_OPS, PRIMARY_OP, GemmConfig
 
 _RESOURCES = {"load": ("coords", "smem"), "mma": ("smem", "acc")}
@@ -68,25 +66,17 @@ def render_body(task: str, ops: Sequence[tuple[str, str]]) -> str:
 
 
 def render_config(cfg: GemmConfig) -> str:
-    fields = [
-        "    # load_ops/mma_ops: the same schedule as data (what tsopt's checks replayed); the",
-        "    # schedule that runs is load_body/mma_body below, written out op by op.",
-    ]
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if f.name in ("load_ops", "mma_ops"):  # one line per section
-            fields.append(f"    {f.name}=(")
-            for section in ("head", "loop", "tail"):
-                placed = [(op, sec) for op, sec in value if sec == section]
-                if placed:
-                    fields.append("        " + " ".join(f"{p!r}," for p in placed))
-            fields.append("    ),")
-        else:
-            fields.append(f"    {f.name}={value!r},")
-    return "CONFIG = GemmConfig(\n" + "\n".join(fields) + "\n)\n"
+    return _export_source.render_config(
+        cfg,
+        (
+            "load_ops/mma_ops: the same schedule as data (what tsopt's checks replayed); the",
+            "schedule that runs is load_body/mma_body below, written out op by op.",
+        ),
+        ops_fields=("load_ops", "mma_ops"),
+    )
 
 
-MAIN = '''
+TEMPLATE_MAIN = '''
 
 BODIES = {"load": load_body, "mma": mma_body}
 
@@ -126,59 +116,19 @@ def check_on_gpu():
     return 0 if ok else 1
 
 
-def main(argv=None):
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cubin", help="compile for --arch and write the cubin here (no GPU needed)")
-    parser.add_argument("--arch", default=ARCH)
-    args = parser.parse_args(argv)
-    if args.cubin:
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as keep:
-            compiled = compile_kernel(args.arch, keep)
-            with open(args.cubin, "wb") as f:
-                f.write(cubin_bytes(compiled))
-        print(f"wrote {args.cubin}")
-        return 0
-    return check_on_gpu()
-
-
-def cubin_bytes(compiled):
-    """The cubin of a compiled function, as the DSL kept it (--keep-cubin)."""
-    cubin = compiled.__cubin__
-    if isinstance(cubin, str):
-        with open(cubin, "rb") as f:
-            return f.read()
-    return bytes(cubin)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 '''
 
 
 def render_kernel_source(cfg: GemmConfig, header: str, arch: str) -> str:
     """The whole exported ``kernel.py``."""
-    module = inspect.getsource(hopper_gemm_kernel)
-    preamble = (
-        f'"""{header.strip()}\n"""\n\n'
-        "import os\n\n"
-        "# The DSL reads its target when first imported; with no GPU there is nothing to detect.\n"
-        f'os.environ.setdefault("CUTE_DSL_ARCH", "{arch}")\n'
-        f'ARCH = "{arch}"\n\n'
-    )
-    # The kernel module's own docstring becomes a comment block: one docstring per file.
-    body = module.split('"""', 2)[2] if module.startswith('"""') else module
-    kernel_doc = "# " + "\n# ".join(module.split('"""', 2)[1].strip().splitlines()) + "\n"
-    kernel_doc = kernel_doc.replace("# \n", "#\n")
     candidate = (
-        "\n\n# " + "=" * 86 + "\n# The exported candidate: configuration and schedule, written out.\n# "
-        + "=" * 86 + "\n\n" + render_config(cfg) + "\n\n"
-        + render_body("load", cfg.load_ops) + "\n\n" + render_body("mma", cfg.mma_ops)
+        render_config(cfg)
+        + "\n\n"
+        + render_body("load", cfg.load_ops)
+        + "\n\n"
+        + render_body("mma", cfg.mma_ops)
     )
-    return preamble + kernel_doc + body + candidate + MAIN
+    return _export_source.assemble(hopper_gemm_kernel, header, arch, candidate, TEMPLATE_MAIN)
 
 
 def export_source(genome: Any, problem: Any, arch: str, header: str) -> str:
