@@ -54,13 +54,15 @@ import torch
 from tsopt.artifact import ArtifactError, ArtifactManifest, TensorDesc
 from tsopt.bundle import Baseline, utc_now
 from tsopt.loader import (  # the CUDA-library loading shared with tsopt.load_kernel
-    CUDART_SONAMES,  # noqa: F401 - re-exported
+    CUDART_SONAMES,  # noqa: F401 - re-exported: tests and the simulated device patch these here
+    CudaLibraries,  # noqa: F401
     CudaRuntime,
     KernelLibrary,
     KernelLoadError,
-    cudart_candidates,  # noqa: F401 - re-exported
-    needed_cudart,  # noqa: F401 - re-exported
-    torch_library_dirs,  # noqa: F401 - re-exported
+    cudart_candidates,  # noqa: F401
+    load_cuda,  # noqa: F401
+    needed_cudart,  # noqa: F401
+    torch_library_dirs,  # noqa: F401
 )
 from tsopt.problem import Problem, ProblemError
 from tsopt.records import Measurement
