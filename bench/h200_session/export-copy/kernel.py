@@ -15,14 +15,14 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 ARCH = "sm_90a"
 
 # The TS TMA copy kernel: GMEM -> SMEM (TMA, pipelined) -> registers -> GMEM.
-#
+# 
 # This module is the kernel of the ``copy`` search space and stands alone: it
 # imports only the CUTLASS DSL, so ``tsopt export`` ships it verbatim inside an
 # exported ``kernel.py``. It reads like a TS tutorial: configuration,
 # resources, dependency graph, schedules, tasks, TaskManager, run.
-#
+# 
 # Resource/task flow::
-#
+# 
 #                   +---------------+
 #                   |  TileCoords   |   which (row, col) box an iteration copies
 #                   +-------+-------+
@@ -37,12 +37,12 @@ ARCH = "sm_90a"
 #                   +-------+-------+
 #                   |    GmemOut    |   vector stores
 #                   +---------------+
-#
+# 
 # One domain-loop iteration copies one box. A CTA copies ``chunk`` boxes (its
 # work tile); with ``persistent`` a static persistent WorkQueue hands work
 # tiles to ``sm_count * ctas_per_sm`` CTAs, otherwise there is one CTA per work
 # tile.
-#
+# 
 # Each task's schedule is given as placed ops ``(op, section)``: the head ops
 # run before the domain loop (for the first iterations: producer prefetch, or
 # consumer work kept in flight), the loop ops every iteration, the tail ops
