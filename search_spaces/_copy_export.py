@@ -34,28 +34,13 @@ def _op_line(op: str, head_iteration: int | None) -> str:
 
 def render_body(task: str, ops: Sequence[tuple[str, str]]) -> str:
     """One task's schedule body as Python source: head, ``domain_loop``, tail."""
-    resources = "coords, smem" if task == "load" else "smem, out"
-    names = "res['coords'], res['smem']" if task == "load" else "res['smem'], res['out']"
-    lines = [
-        f"def {task}_body(res, domain):",
-        f"    {resources} = {names.replace(chr(39), chr(34))}",
-    ]
-    seen: dict[str, int] = {}
-    head = [(op, sec) for op, sec in ops if sec == "head"]
-    if head:
-        lines.append("    # head: the first iterations, before the domain loop")
-    for op, _ in head:
-        index = seen.get(op, 0)
-        seen[op] = index + 1
-        lines.append(f"    {_op_line(op, index)}")
-    start = sum(1 for op, sec in ops if sec == "head" and op == PRIMARY_OP[task])
-    lines.append(f"    with domain_loop({start}, domain, 1):")
-    lines += [f"        {_op_line(op, None)}" for op, sec in ops if sec == "loop"]
-    tail = [op for op, sec in ops if sec == "tail"]
-    if tail:
-        lines.append("    # tail: after the domain loop")
-        lines += [f"    {_op_line(op, None)}" for op in tail]
-    return "\n".join(lines) + "\n"
+    return _export_source.render_body(
+        task,
+        ops,
+        resources=("coords", "smem") if task == "load" else ("smem", "out"),
+        primary_op=PRIMARY_OP[task],
+        op_line=_op_line,
+    )
 
 
 def render_config(cfg: CopyConfig) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -49,6 +50,41 @@ def cubin_bytes(compiled):
 if __name__ == "__main__":
     raise SystemExit(main())
 '''
+
+
+def render_body(
+    task: str,
+    ops: Sequence[tuple[str, str]],
+    *,
+    resources: tuple[str, str],
+    primary_op: str,
+    op_line: Callable[[str, int | None], str],
+    domain: str = "domain",
+    head_note: str = "the first iterations",
+    loop_note: str = "",
+) -> str:
+    """One task's schedule body as Python source: head, ``domain_loop``, tail.
+
+    ``op_line(op, index)`` renders one op; in the head ``index`` counts that op's copies (its
+    iteration), elsewhere it is None. The loop starts after the head's copies of ``primary_op``.
+    """
+    first, second = resources
+    lines = [f"def {task}_body(res, {domain}):", f'    {first}, {second} = res["{first}"], res["{second}"]']
+    head = [op for op, sec in ops if sec == "head"]
+    if head:
+        lines.append(f"    # head: {head_note}, before the domain loop")
+    seen: dict[str, int] = {}
+    for op in head:
+        seen[op] = seen.get(op, 0) + 1
+        lines.append(f"    {op_line(op, seen[op] - 1)}")
+    comment = f"  # {loop_note}" if loop_note else ""
+    lines.append(f"    with domain_loop({head.count(primary_op)}, {domain}, 1):{comment}")
+    lines += [f"        {op_line(op, None)}" for op, sec in ops if sec == "loop"]
+    tail = [op for op, sec in ops if sec == "tail"]
+    if tail:
+        lines.append("    # tail: after the domain loop")
+        lines += [f"    {op_line(op, None)}" for op in tail]
+    return "\n".join(lines) + "\n"
 
 
 def render_config(cfg: Any, comment: tuple[str, ...], ops_fields: tuple[str, ...] = ()) -> str:

@@ -40,29 +40,16 @@ def _op_line(op: str, head_iteration: int | None) -> str:
 
 def render_body(task: str, ops: Sequence[tuple[str, str]]) -> str:
     """One task's schedule body as Python source: head, ``domain_loop``, tail."""
-    first, second = _RESOURCES[task]
-    lines = [
-        f"def {task}_body(res, k_tiles):",
-        f'    {first}, {second} = res["{first}"], res["{second}"]',
-    ]
-    head = [op for op, sec in ops if sec == "head"]
-    if head:
-        what = "K slices loaded ahead" if task == "load" else "wgmma batches issued ahead"
-        lines.append(f"    # head: {what}, before the domain loop")
-    copies = 0
-    for op in head:
-        index = None
-        if op == "coords":
-            index, copies = copies, copies + 1
-        lines.append(f"    {_op_line(op, index)}")
-    start = head.count(PRIMARY_OP[task])
-    lines.append(f"    with domain_loop({start}, k_tiles, 1):  # the remaining K slices")
-    lines += [f"        {_op_line(op, None)}" for op, sec in ops if sec == "loop"]
-    tail = [op for op, sec in ops if sec == "tail"]
-    if tail:
-        lines.append("    # tail: after the domain loop")
-        lines += [f"    {_op_line(op, None)}" for op in tail]
-    return "\n".join(lines) + "\n"
+    return _export_source.render_body(
+        task,
+        ops,
+        resources=_RESOURCES[task],
+        primary_op=PRIMARY_OP[task],
+        op_line=lambda op, index: _op_line(op, index if op == "coords" else None),
+        domain="k_tiles",
+        loop_note="the remaining K slices",
+        head_note="K slices loaded ahead" if task == "load" else "wgmma batches issued ahead",
+    )
 
 
 def render_config(cfg: GemmConfig) -> str:
