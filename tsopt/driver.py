@@ -48,7 +48,14 @@ from rich.console import Console
 from db.models import ORIGINS
 from tsopt.errors import UserInputError
 from tsopt.genome import Genome
-from tsopt.pipeline import EvaluateRequest, Evaluation, evaluate, space_target, verdict_key_of
+from tsopt.pipeline import (
+    EvaluateRequest,
+    Evaluation,
+    MeasureQueue,
+    evaluate,
+    space_target,
+    verdict_key_of,
+)
 from tsopt.progress import TuneProgress, TuneStats, print_summary
 from tsopt.records import BuildResult, Measurement, Verdict
 
@@ -144,27 +151,18 @@ class SerialPool:
         self._done.clear()
 
 
-class InlineMeasurePool:
+class InlineMeasurePool(MeasureQueue):
     """Measures on this machine's GPU through one persistent watchdog measurer."""
 
     slots = 1
 
     def __init__(self, runs: int = 50, warmup: int = 10, checks: int = 2) -> None:
+        super().__init__()
         self.runs, self.warmup, self.checks = runs, warmup, checks
         self.measurer: Any = None
-        self._queue: deque[tuple[Any, str, str, dict[str, Any]]] = deque()
 
     def pending(self) -> int:
         return len(self._queue)
-
-    def submit(self, tag: Any, artifact_dir: str, genome_hash: str,
-               problem: dict[str, Any]) -> None:
-        self._queue.append((tag, artifact_dir, genome_hash, problem))
-
-    def drop_queued(self) -> list[Any]:
-        tags = [item[0] for item in self._queue]
-        self._queue.clear()
-        return tags
 
     def poll(self, timeout: float) -> list[tuple[Any, int, dict[str, Any] | str]]:
         from tsopt.problem import Problem

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -197,3 +198,20 @@ class CandidatePipeline:
             result = build_candidate(self.space, genome, self.problem, self.arch, self.cache_dir)
         self.store.record_build(candidate_id, result)
         return result
+
+
+class MeasureQueue:
+    """The waiting line of a measuring pool: candidates submitted, not yet handed to a GPU."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[Any, str, str, dict[str, Any]]] = deque()
+
+    def submit(self, tag: Any, artifact_dir: str, genome_hash: str,
+               problem: dict[str, Any]) -> None:
+        self._queue.append((tag, artifact_dir, genome_hash, problem))
+
+    def drop_queued(self) -> list[Any]:
+        """Forget the candidates not handed to a GPU yet (an interrupted run)."""
+        tags = [item[0] for item in self._queue]
+        self._queue.clear()
+        return tags

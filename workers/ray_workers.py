@@ -26,14 +26,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from tsopt.pipeline import EvaluateRequest, Evaluation, evaluate
+from tsopt.pipeline import EvaluateRequest, Evaluation, MeasureQueue, evaluate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,12 +129,8 @@ class RayBuildPool:
         """Finished evaluations (or a failure's text), waiting up to ``timeout`` for one."""
         if not self._inflight:
             return []
-        refs = list(self._inflight)
-        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
-        if ready:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         done: list[tuple[Any, Evaluation | str]] = []
-        for ref in ready:
+        for ref in _finished(list(self._inflight), timeout):
             tag = self._inflight.pop(ref)
             try:
                 done.append((tag, ray.get(ref)))
@@ -188,7 +183,15 @@ class MeasureActor:
         return summary
 
 
-class RayMeasurePool:
+def _finished(refs: list[Any], timeout: float) -> list[Any]:
+    """Wait up to ``timeout`` for one result, then take every other one already done."""
+    ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+    if ready:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    return list(ready)
+
+
+class RayMeasurePool(MeasureQueue):
     """One :class:`MeasureActor` per GPU; a queue of candidates handed to idle actors."""
 
     name = "ray"
@@ -196,10 +199,10 @@ class RayMeasurePool:
     def __init__(self, gpus: int, runs: int = 50, warmup: int = 10, checks: int = 2,
                  gpus_per_actor: float = 1) -> None:
         """``gpus`` actors of ``gpus_per_actor`` GPUs each (0: on a CPU, for tests)."""
+        super().__init__()
         actor = MeasureActor.options(num_gpus=gpus_per_actor)  # type: ignore[attr-defined]
         self.actors = [actor.remote(runs, warmup, checks) for _ in range(gpus)]
         self._idle = list(range(len(self.actors)))
-        self._queue: deque[tuple[Any, str, str, dict[str, Any]]] = deque()
         self._inflight: dict[Any, tuple[Any, int]] = {}
 
     @property
@@ -208,16 +211,6 @@ class RayMeasurePool:
 
     def pending(self) -> int:
         return len(self._queue) + len(self._inflight)
-
-    def submit(self, tag: Any, artifact_dir: str, genome_hash: str,
-               problem: dict[str, Any]) -> None:
-        self._queue.append((tag, artifact_dir, genome_hash, problem))
-
-    def drop_queued(self) -> list[Any]:
-        """Forget the candidates not handed to an actor yet (an interrupted run)."""
-        tags = [item[0] for item in self._queue]
-        self._queue.clear()
-        return tags
 
     def poll(self, timeout: float) -> list[tuple[Any, int, dict[str, Any] | str]]:
         """(tag, actor index, result or failure text) for each finished measurement."""
@@ -228,12 +221,8 @@ class RayMeasurePool:
             self._inflight[ref] = (tag, index)
         if not self._inflight:
             return []
-        refs = list(self._inflight)
-        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
-        if ready:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         done: list[tuple[Any, int, dict[str, Any] | str]] = []
-        for ref in ready:
+        for ref in _finished(list(self._inflight), timeout):
             tag, index = self._inflight.pop(ref)
             self._idle.append(index)
             try:
