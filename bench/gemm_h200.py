@@ -212,7 +212,41 @@ def _final() -> list[Entry]:
     return entries
 
 
-PLANS = {"first": _first, "sweep": _sweep, "final": _final}
+def _epilogue_arrangement() -> list[Entry]:
+    """The TMA-store epilogue and warpgroups on their own tiles ('separate'), on every suite
+    shape, from the best schedule of the sweep, with the layouts those knob values need
+    (SMEM for the staging buffers; a pipeline per warpgroup) and the launch variants whose
+    edge handling differs (one tile per CTA, clusters that round the grid up)."""
+    tma = {"epilogue": "tma_store"}
+    sep = {"arrangement": "separate", "tile_n": 128, "stages": 3}
+    variations: list[tuple[str, dict[str, Any]]] = [
+        ("best", {}),
+        ("tma_store", tma),
+        ("tma_store one tile per CTA", {**tma, "persistent": False, "swizzle": 1}),
+        ("tma_store 1x1", {**tma, "cluster": "1x1"}),
+        ("tma_store 1c 64x256", {**tma, "consumers": 1, "tile_m": 64}),
+        ("tma_store 256x128", {**tma, "tile_m": 256, "tile_n": 128}),
+        ("separate 128x128 s3", sep),
+        ("separate 128x128 s3 tma_store", {**sep, **tma}),
+        ("separate 64x256 tk32 s4", {"arrangement": "separate", "tile_m": 64, "tile_k": 32,
+                                     "stages": 4}),
+        ("separate one tile per CTA", {**sep, "persistent": False, "swizzle": 1}),
+        ("separate 1x2", {**sep, "cluster": "1x2"}),
+        ("separate 64x128 s4 1x1 tma_store", {**tma, "arrangement": "separate", "tile_m": 64,
+                                              "tile_n": 128, "stages": 4, "cluster": "1x1"}),
+    ]
+    entries: list[Entry] = []
+    for name, shape in SUITE.items():
+        for label, knobs in variations:
+            entries.append((f"{name} | {label}", shape, "bf16", {**BEST, **knobs}))
+    ragged = SUITE["ragged 3000x2008x1000"]
+    entries += [("ragged fp16 | tma_store", ragged, "fp16", {**BEST, **tma}),
+                ("ragged fp16 | separate 128x128 s3 tma_store", ragged, "fp16",
+                 {**BEST, **sep, **tma})]
+    return entries
+
+
+PLANS = {"first": _first, "sweep": _sweep, "final": _final, "epilogue": _epilogue_arrangement}
 
 
 # --------------------------------------------------------------------------------------

@@ -215,10 +215,16 @@ def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
                 f"{task} head holds {cfg.head_depth(task)} K slices but the problem has only "
                 f"{cfg.k_tiles}",
             ))
-    if cfg.tile_m % (64 * cfg.consumers):
+    if cfg.separate and cfg.consumers == 1:
+        findings.append(Finding(
+            "tsopt.arrangement",
+            "arrangement 'separate' needs 2 consumer warpgroups: with one, it is the "
+            "cooperative kernel",
+        ))
+    if cfg.tile_m % (64 * cfg.mma_warpgroups):
         findings.append(Finding(
             "tsopt.tile_shape",
-            f"tile_m={cfg.tile_m} does not split into m64 wgmma rows for {cfg.consumers} "
+            f"tile_m={cfg.tile_m} does not split into m64 wgmma rows for {cfg.mma_warpgroups} "
             "consumer warpgroups",
         ))
     elif cfg.m_repeats * cfg.tile_n > 256:

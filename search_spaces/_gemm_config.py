@@ -105,7 +105,8 @@ STRUCTURE_CHOICES: dict[str, tuple[bool | str, ...]] = {
     "producer_wg": ("first", "last"),
     "cluster": ("1x1", "2x1", "1x2"),
     "raster": ("m", "n"),
-    "epilogue": ("direct",),
+    "epilogue": ("direct", "tma_store"),
+    "arrangement": ("cooperative", "separate"),
 }
 KNOB_DOCS = {
     "load.body": "order of the producer's loop body "
@@ -125,17 +126,31 @@ KNOB_DOCS = {
     "producer_wg": "producer warpgroup before ('first') or after ('last') the consumer warpgroups",
     "cluster": "cluster shape MxN; A is TMA-multicast along N, B along M",
     "raster": "persistent tile order: along M or along N (with swizzle)",
-    "epilogue": "D written by direct predicated stores from registers",
-    "tile_m": "CTA tile rows (64 per consumer warpgroup per wgmma m64 repeat)",
+    "epilogue": "'direct': D written by predicated stores from registers; 'tma_store': "
+                "staged through a swizzled SMEM buffer per warpgroup and written by TMA stores",
+    "arrangement": "'cooperative': the consumer warpgroups split one tile; 'separate': each "
+                   "warpgroup on its own tile, fed by its own producer warp and SMEM pipeline",
+    "tile_m": "tile rows: the CTA's (cooperative) or each warpgroup's own (separate); m64 wgmma "
+              "repeats",
     "tile_n": "CTA tile columns = wgmma N",
     "tile_k": "K slice per stage (wgmma K=16 steps per slice: tile_k/16)",
     "stages": "SMEM pipeline stages of A and B slices",
-    "consumers": "consumer warpgroups, cooperative on one tile (each owns tile_m/consumers rows)",
+    "consumers": "consumer warpgroups (see arrangement)",
     "load_warp": "warp of the producer inside its warpgroup (the rest pad)",
     "producer_regs": "register budget of the producer warpgroup (setmaxnreg)",
     "consumer_regs": "register budget of each consumer warpgroup (setmaxnreg)",
     "swizzle": "persistent raster swizzle, in clusters (1: none)",
 }
+ADDED_GENES: dict[str, str] = {"arrangement": "cooperative"}
+"""Genes added after studies were recorded, with the value a genome without one means (so
+recorded genomes keep their hash, their verdict and their meaning)."""
+
+
+def gene(genome: Genome, name: str) -> object:
+    """``genome[name]``, or the meaning of its absence for a gene added later."""
+    return genome.genes[name] if name in genome.genes else ADDED_GENES[name]
+
+
 PLACEMENT_KNOBS = ("load.body", "load.depth", "load.defer",
                    "mma.body", "mma.depth", "mma.defer", "mma.pending", "mma.drain")
 
@@ -167,7 +182,7 @@ def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str) -> Gemm
     return GemmConfig(
         dtype=dtype, m=problem_sizes["m"], n=problem_sizes["n"], k=problem_sizes["k"],
         tile_m=num("tile_m"), tile_n=num("tile_n"), tile_k=num("tile_k"),
-        stages=num("stages"), consumers=num("consumers"),
+        stages=num("stages"), consumers=num("consumers"), arrangement=str(gene(genome, "arrangement")),
         producer_wg=str(genome["producer_wg"]), load_warp=num("load_warp"),
         producer_regs=num("producer_regs"), consumer_regs=num("consumer_regs"),
         cluster_m=cluster_m, cluster_n=cluster_n,

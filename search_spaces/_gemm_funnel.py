@@ -5,11 +5,12 @@ genome is factored into
 
 - S, the schedule: load placement x mma placement x advance_on_wait x
   persistent x stages (what the TS pipeline checks and the BFS see);
-- L, the warp/register layout: consumers, producer_wg, load_warp,
-  producer_regs, consumer_regs, cluster (what the TS register, warpgroup and
-  cooperative-group rules see);
+- L, the warp/register layout: consumers and their arrangement, producer_wg,
+  load_warp, producer_regs, consumer_regs, cluster (what the TS register,
+  warpgroup and cooperative-group rules see);
 - O, the rest: tile shape, raster order, swizzle, epilogue. TS sees O only
-  through the SMEM size (with the stage count); tsopt's checks see all of it.
+  through the SMEM size (with the stage count and the arrangement: separate
+  warpgroups have a pipeline each); tsopt's checks see all of it.
 
 The TS verifier judges every factor for real:
 
@@ -62,10 +63,13 @@ from tsopt.genome import Genome
 from tsopt.problem import Problem
 
 JOINT_RULES = ("ts.deadlock", "ts.race")
-LAYOUT_GENES = ("consumers", "producer_wg", "load_warp", "producer_regs", "consumer_regs",
-                "cluster")
+LAYOUT_GENES = ("consumers", "arrangement", "producer_wg", "load_warp", "producer_regs",
+                "consumer_regs", "cluster")
 L0 = {"consumers": 1, "tile_n": 128}
 """The cheap canonical layout for schedule screens (one consumer warpgroup, 128x128 tiles)."""
+LAYOUT_SCREEN_O = {"tile_n": 128, "stages": 3}
+"""Tiles and stages of the layout screen: small enough that every arrangement's SMEM fits, so
+the screen sees the layout's own rules (TS sees O and stages only through the SMEM size)."""
 CANONICAL_LOAD: S.LoadKey = (CANONICAL_BODY["load"], 0, "none")
 CANONICAL_MMA: dict[bool, S.MmaKey] = {
     # With advance_on_wait one batch stays in flight; without it the consumer can hold only
@@ -99,8 +103,17 @@ def _others(persistent: bool) -> list[dict[str, Any]]:
     return out
 
 
-def _smem_fits(stages: int, other: dict[str, Any], dtype: str) -> bool:
-    cfg = _config({"stages": stages, **other}, dtype, (8, 8, 8))
+SMEM_LAYOUT_GENES = ("consumers", "arrangement")
+"""The layout genes the SMEM size depends on (pipelines and epilogue buffers)."""
+
+
+def _smem_class(layout: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(layout[g] for g in SMEM_LAYOUT_GENES)
+
+
+def _smem_fits(stages: int, other: dict[str, Any], dtype: str, smem_class: tuple[Any, ...]) -> bool:
+    cfg = _config({"stages": stages, **other, **dict(zip(SMEM_LAYOUT_GENES, smem_class,
+                                                        strict=True))}, dtype, (8, 8, 8))
     return cfg.smem_bytes <= SMEM_CAPACITY
 
 
@@ -113,7 +126,8 @@ def _config(genes: dict[str, Any], dtype: str, mnk: tuple[int, int, int],
     return GemmConfig(
         dtype=dtype, m=mnk[0], n=mnk[1], k=mnk[2], tile_m=values["tile_m"],
         tile_n=values["tile_n"], tile_k=values["tile_k"], stages=values["stages"],
-        consumers=values["consumers"], producer_wg=values["producer_wg"],
+        consumers=values["consumers"], arrangement=values["arrangement"],
+        producer_wg=values["producer_wg"],
         load_warp=values["load_warp"], producer_regs=values["producer_regs"],
         consumer_regs=values["consumer_regs"], cluster_m=cm, cluster_n=cn,
         raster=values["raster"], swizzle=values["swizzle"], persistent=values["persistent"],
@@ -157,7 +171,7 @@ def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
                for v in itertools.product(*(_choices(g) for g in LAYOUT_GENES))]
     layout_ok = []
     for i, genes in enumerate(layouts):
-        if _ts_ok(judge(space.genome(**genes))):
+        if _ts_ok(judge(space.genome(**genes, **LAYOUT_SCREEN_O))):
             layout_ok.append(genes)
         tick("screening layouts", i + 1, len(layouts))
 
@@ -185,11 +199,14 @@ def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
                         if persistent_ok[(aow, stages)]:
                             schedules.append((load, mma, aow, True, stages))
 
-    # Counts. Each TS-valid S pairs with every TS-valid L and every O whose SMEM fits.
+    # Counts. Each TS-valid S pairs with every TS-valid L and every O whose SMEM fits
+    # (the SMEM size depends on S's stages, O's tiles and epilogue, L's warpgroup arrangement).
     others = {p: _others(p) for p in (False, True)}
-    fits = {(p, st): [o for o in others[p] if _smem_fits(st, o, problem.dtype)]
-            for p in (False, True) for st in stages_choices}
-    ts_valid = sum(len(layout_ok) * len(fits[(s[3], s[4])]) for s in schedules)
+    classes = sorted({_smem_class(layout) for layout in layout_ok})
+    fits = {(p, st, c): [o for o in others[p] if _smem_fits(st, o, problem.dtype, c)]
+            for p in (False, True) for st in stages_choices for c in classes}
+    ts_valid = sum(len(fits[(s[3], s[4], _smem_class(layout))])
+                   for s in schedules for layout in layout_ok)
     raw = S.placement_count("load") * S.placement_count("mma") * S.gene_count()
     legal_n = len(legal["load"]) * len(legal["mma"]) * S.gene_count()
 
@@ -207,7 +224,8 @@ def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
         key = (persistent, stages, depth)
         if key not in lo_pass:
             lo_pass[key] = sum(
-                1 for layout in layout_ok for other in fits[(persistent, stages)]
+                1 for layout in layout_ok
+                for other in fits[(persistent, stages, _smem_class(layout))]
                 if not _resource_findings(
                     {**layout, **other, "persistent": persistent, "stages": stages,
                      "advance_on_wait": aow},
@@ -229,7 +247,7 @@ def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
         pool = layout_ok if rng.random() < 0.7 and layout_ok else layouts
         layout = dict(rng.choice(pool))
         if persistent or rng.random() < 0.5:  # persistent BFS runs are the slow ones
-            layout.update(consumers=1)
+            layout.update(consumers=1, arrangement="cooperative")
         other = rng.choice(others[persistent])
         return space.genome(load=load, mma=mma, advance_on_wait=aow, persistent=persistent,
                             stages=stages, **layout, **other)

@@ -14,6 +14,7 @@ from typing import Any
 
 from search_spaces._gemm_checks import placement_dataflow_error
 from search_spaces._gemm_config import (
+    ADDED_GENES,
     BODIES,
     CANONICAL_BODY,
     DEFERRABLE,
@@ -35,12 +36,13 @@ from tsopt.genome import Genome
 from tsopt.problem import Problem
 
 TS_KEY_GENES = ("advance_on_wait", "persistent", "producer_wg", "cluster", "tile_m", "tile_n",
-                "tile_k", "stages", "consumers", "load_warp", "producer_regs", "consumer_regs")
+                "tile_k", "stages", "consumers", "arrangement", "load_warp", "producer_regs",
+                "consumer_regs", "epilogue")
 """Genes that reach the TS skeleton (pipeline, warps, registers, SMEM sizes)."""
 
 SEED_GENES: dict[str, Any] = {
     "advance_on_wait": True, "persistent": False, "producer_wg": "first", "cluster": "1x1",
-    "raster": "m", "epilogue": "direct",
+    "raster": "m", "epilogue": "direct", "arrangement": "cooperative",
     "tile_m": 128, "tile_n": 256, "tile_k": 64, "stages": 4, "consumers": 2, "load_warp": 0,
     "producer_regs": 40, "consumer_regs": 232, "swizzle": 1,
 }
@@ -119,6 +121,8 @@ def params_of(space: Any, genome: Genome) -> dict[str, Any]:
         if name in ("raster", "swizzle") and not genome["persistent"]:
             continue
         params[name] = value
+    for name, meaning in ADDED_GENES.items():
+        params.setdefault(name, meaning)
     return params
 
 
@@ -265,7 +269,8 @@ def dataflow_error(genome: Genome) -> str | None:
     tasks = {t.task for t in genome.schedule}
     if tasks != set(TASK_OPS):
         return f"gemm genomes schedule tasks {sorted(TASK_OPS)}, got {sorted(tasks)}"
-    missing = [g for g in (*NUMERIC_CHOICES, *STRUCTURE_CHOICES) if g not in genome.genes]
+    missing = [g for g in (*NUMERIC_CHOICES, *STRUCTURE_CHOICES)
+               if g not in genome.genes and g not in ADDED_GENES]
     if missing:
         return f"genome lacks gene(s) {missing}"
     unknown = sorted(set(genome.genes) - {*NUMERIC_CHOICES, *STRUCTURE_CHOICES})

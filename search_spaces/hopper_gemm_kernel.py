@@ -99,6 +99,9 @@ WARPGROUP = 4
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
 EPI_COLS = 64
 """Columns of D one epilogue subtile covers (the accumulator is drained in slabs)."""
+EPI_BARRIER = 8
+"""First named-barrier id of the TMA-store epilogue (one per consumer warpgroup); TS and the
+pipelines use mbarriers and barrier 0 only."""
 PRIMARY_OP = {"load": "tma_load", "mma": "wgmma"}
 """The op that opens one K slice of each task (counted in the head: the loop start)."""
 
@@ -127,6 +130,7 @@ class GemmConfig:
     tile_k: int
     stages: int
     consumers: int
+    arrangement: str
     producer_wg: str
     load_warp: int
     producer_regs: int
@@ -171,16 +175,38 @@ class GemmConfig:
 
     @property
     def tiles_m(self) -> int:
-        return -(-self.m // self.tile_m)
+        """Work tiles along M (each ``cta_tile_m`` rows)."""
+        return -(-self.m // self.cta_tile_m)
 
     @property
     def tiles_n(self) -> int:
         return -(-self.n // self.tile_n)
 
     @property
+    def separate(self) -> bool:
+        """Each consumer warpgroup on its own tile, rather than cooperating on one."""
+        return self.arrangement == "separate"
+
+    @property
+    def chains(self) -> int:
+        """(producer warp, SMEM pipeline) pairs: one shared by cooperating warpgroups, or one
+        per warpgroup when each has its own tile."""
+        return self.consumers if self.separate else 1
+
+    @property
+    def mma_warpgroups(self) -> int:
+        """Warpgroups one tiled MMA spans: those cooperating on one tile."""
+        return 1 if self.separate else self.consumers
+
+    @property
+    def cta_tile_m(self) -> int:
+        """Rows of D one CTA covers per work tile: one tile, or one tile per warpgroup."""
+        return self.tile_m * self.chains
+
+    @property
     def wg_tile_m(self) -> int:
-        """Rows of the CTA tile one consumer warpgroup accumulates."""
-        return self.tile_m // self.consumers
+        """Rows of D one consumer warpgroup accumulates."""
+        return self.tile_m // self.mma_warpgroups
 
     @property
     def m_repeats(self) -> int:
@@ -205,10 +231,22 @@ class GemmConfig:
         return self.a_stage_bytes + self.b_stage_bytes
 
     @property
+    def epi_buffer_bytes(self) -> int:
+        """One consumer warpgroup's SMEM staging of a D subtile for the TMA store (0: direct)."""
+        if self.epilogue != "tma_store":
+            return 0
+        return self.wg_tile_m * EPI_COLS * self.element_bytes
+
+    @property
     def smem_bytes(self) -> int:
-        """What TS's allocator counts: A and B stages (1024-aligned) plus two mbarriers a stage."""
-        a = -(-self.stages * self.a_stage_bytes // 1024) * 1024
-        return a + self.stages * self.b_stage_bytes + 16 * self.stages
+        """What TS's allocator counts: every chain's A and B stages, then the epilogue
+        buffers, each bump-allocated 1024-aligned, plus two mbarriers a stage."""
+        sizes = [self.stages * self.a_stage_bytes, self.stages * self.b_stage_bytes] * self.chains
+        sizes += [self.epi_buffer_bytes] * self.consumers if self.epi_buffer_bytes else []
+        offset = 0
+        for size in sizes:
+            offset = -(-offset // 1024) * 1024 + size
+        return offset + 16 * self.stages * self.chains
 
     @property
     def cluster_size(self) -> int:
@@ -225,8 +263,8 @@ class GemmConfig:
 
     @property
     def ragged(self) -> bool:
-        """M or N not a multiple of the tile: the epilogue must predicate its stores."""
-        return self.m % self.tile_m != 0 or self.n % self.tile_n != 0
+        """M or N not a multiple of the work tile: the epilogue must predicate its stores."""
+        return self.m % self.cta_tile_m != 0 or self.n % self.tile_n != 0
 
     @property
     def overhang(self) -> bool:
@@ -248,8 +286,14 @@ class GemmConfig:
         return 0 if self.producer_wg == "first" else WARPGROUP * self.consumers
 
     @property
+    def producer_warps(self) -> tuple[int, ...]:
+        """The load warp of each chain: ``load_warp``, then its neighbour inside the warpgroup."""
+        step = 1 if self.load_warp + self.chains <= WARPGROUP else -1
+        return tuple(self.producer_group + self.load_warp + step * c for c in range(self.chains))
+
+    @property
     def producer_warp(self) -> int:
-        return self.producer_group + self.load_warp
+        return self.producer_warps[0]
 
     @property
     def consumer_warps(self) -> tuple[int, ...]:
@@ -258,12 +302,16 @@ class GemmConfig:
         return tuple(base + WARPGROUP * i for i in range(self.consumers))
 
     def padding(self) -> list[tuple[int, int]]:
-        """(first warp, warps) of the padding tasks: the producer warpgroup's other warps."""
-        pads = []
-        if self.load_warp > 0:
-            pads.append((self.producer_group, self.load_warp))
-        if self.load_warp < WARPGROUP - 1:
-            pads.append((self.producer_warp + 1, WARPGROUP - 1 - self.load_warp))
+        """(first warp, warps) of the padding tasks: runs of the producer warpgroup's other
+        warps."""
+        idle = [w for w in range(self.producer_group, self.producer_group + WARPGROUP)
+                if w not in self.producer_warps]
+        pads: list[tuple[int, int]] = []
+        for w in idle:
+            if pads and pads[-1][0] + pads[-1][1] == w:
+                pads[-1] = (pads[-1][0], pads[-1][1] + 1)
+            else:
+                pads.append((w, 1))
         return pads
 
     @property
@@ -300,18 +348,28 @@ class KernelArgs:
     b_layout: Any
     cta_layout_mnk: Any
     tile_sched_params: Any
+    tma_atom_d: Any = None
+    mD_tma: Any = None
+    epi_layout: Any = None
 
 
 @dataclass
 class TileCoords(MemoryResource):
-    """Coordinate source (no storage, no pipeline): which tile and K slice to load next."""
+    """Coordinate source (no storage, no pipeline): which tile and K slice to load next.
 
+    With warpgroups on their own tiles, chain ``chain`` of ``chains`` loads the
+    ``chain``-th ``tile_m`` rows of the work tile."""
+
+    chain: cutlass.Constexpr[int] = field(init=False, default=0)
+    chains: cutlass.Constexpr[int] = field(init=False, default=1)
     tile_m: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
     tile_n: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
     k_tile: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, chain: int = 0, chains: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.chain = chain
+        self.chains = chains
         self.tile_m = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
         self.tile_n = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
         self.k_tile = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
@@ -325,7 +383,8 @@ class TileCoords(MemoryResource):
         m_idx, n_idx, _ = stage_info.work_tile.tile_idx
         # Head copies (prefetch) run with loop_offset 0; they pass their own K slice.
         k = stage_info.loop_offset if cutlass.const_expr(it < 0) else it
-        return cutlass.Int32(m_idx), cutlass.Int32(n_idx), cutlass.Int32(k)
+        m = cutlass.Int32(m_idx) * self.chains + self.chain
+        return m, cutlass.Int32(n_idx), cutlass.Int32(k)
 
 
 @dataclass
@@ -348,14 +407,17 @@ class SmemAB(MemoryResource):
     _alloc_a: cutlass.Constexpr = field(init=False, default=None)
     _alloc_b: cutlass.Constexpr = field(init=False, default=None)
 
-    def __init__(self, cfg: GemmConfig, args: KernelArgs | None, **kwargs: Any) -> None:
+    def __init__(self, cfg: GemmConfig, args: KernelArgs | None, chain: int = 0,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.cfg = cfg
         self.args = args
         self.stage = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
         # 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows.
-        self._alloc_a = SmemAllocation("smem_a", cfg.stages * cfg.a_stage_bytes, alignment=1024)
-        self._alloc_b = SmemAllocation("smem_b", cfg.stages * cfg.b_stage_bytes, alignment=1024)
+        self._alloc_a = SmemAllocation(f"smem_a{chain}", cfg.stages * cfg.a_stage_bytes,
+                                       alignment=1024)
+        self._alloc_b = SmemAllocation(f"smem_b{chain}", cfg.stages * cfg.b_stage_bytes,
+                                       alignment=1024)
         if args is not None:
             # Runtime state must keep one structure through the task's dynamic
             # control flow, so it exists (with placeholder values) from the start.
@@ -482,8 +544,7 @@ class Accumulator(MemoryResource):
 
     @cute.jit
     def _thr_mma(self) -> Any:
-        tidx, _, _ = cute.arch.thread_idx()
-        return self.args.tiled_mma.get_slice(tidx % 128 + 128 * self.wg)
+        return _thr_mma(self.args.tiled_mma, self.cfg, self.wg)
 
     @producer_work(work_attrs=WorkAttr.AUXILIARY)
     @cute.jit
@@ -531,17 +592,31 @@ class Accumulator(MemoryResource):
 
 @dataclass
 class OutD(MemoryResource):
-    """The rows of D one consumer warpgroup writes: direct, predicated stores from registers."""
+    """The rows of D one consumer warpgroup writes from its accumulator registers.
+
+    ``epilogue == "direct"``: predicated stores straight from registers.
+    ``epilogue == "tma_store"``: each 64-column subtile is staged in this warpgroup's SMEM
+    buffer (swizzled, one 64-row box per m64 repeat) and written by TMA stores, which clip
+    at the edges of D by themselves. One buffer: before rewriting it the warpgroup's leader
+    waits until the previous TMA store has read it, and the warpgroup syncs on its own named
+    barrier; the generic-proxy writes are fenced before the async-proxy TMA reads them.
+    """
 
     cfg: cutlass.Constexpr = field(init=False, default=None)
     args: cutlass.Constexpr = field(init=False, default=None)
     wg: cutlass.Constexpr[int] = field(init=False, default=0)
+    _alloc: cutlass.Constexpr = field(init=False, default=None)
 
     def __init__(self, cfg: GemmConfig, args: KernelArgs | None, wg: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.cfg = cfg
         self.args = args
         self.wg = wg
+        if cfg.epilogue == "tma_store":
+            self._alloc = SmemAllocation(f"smem_d{wg}", cfg.epi_buffer_bytes, alignment=1024)
+
+    def get_smem_requirements(self) -> list:
+        return [self._alloc] if self._alloc is not None else []
 
     @producer_work
     @cute.jit
@@ -549,12 +624,21 @@ class OutD(MemoryResource):
         self, stage_info: StageInfo, *, frag: cutlass.Float32, subtile: cutlass.Constexpr[int]
     ) -> None:
         cfg = self.cfg
-        tidx, _, _ = cute.arch.thread_idx()
-        thr = self.args.tiled_mma.get_slice(tidx % 128 + 128 * self.wg)
+        thr = _thr_mma(self.args.tiled_mma, cfg, self.wg)
         tCcC = thr.partition_C(cute.make_identity_tensor((cfg.tile_m, cfg.tile_n)))
         m_idx, n_idx, _ = stage_info.work_tile.tile_idx
-        m0 = cutlass.Int32(m_idx) * cfg.tile_m
+        # The first row of this warpgroup's tile: the work tile's, or its own tile's.
+        m0 = (cutlass.Int32(m_idx) * cfg.chains + (self.wg if cfg.separate else 0)) * cfg.tile_m
         n0 = cutlass.Int32(n_idx) * cfg.tile_n
+        if cutlass.const_expr(cfg.epilogue == "tma_store"):
+            self._store_tma(stage_info, frag, subtile, tCcC, m0, n0)
+        else:
+            self._store_direct(frag, subtile, tCcC, m0, n0, m_idx, n_idx)
+
+    @cute.jit
+    def _store_direct(self, frag: Any, subtile: cutlass.Constexpr[int], tCcC: Any, m0: Any,
+                      n0: Any, m_idx: Any, n_idx: Any) -> None:
+        cfg = self.cfg
         d_ptr = self.args.mD.iterator.raw_ptr()
         out_dtype = IO_DTYPES[cfg.dtype]
         groups = EPI_COLS // 8
@@ -576,6 +660,57 @@ class OutD(MemoryResource):
                             dst.store(pair.to(out_dtype), alignment=4)
                     else:
                         dst.store(pair.to(out_dtype), alignment=4)
+
+    @cute.jit
+    def _store_tma(self, stage_info: StageInfo, frag: Any, subtile: cutlass.Constexpr[int],
+                   tCcC: Any, m0: Any, n0: Any) -> None:
+        cfg = self.cfg
+        out_dtype = IO_DTYPES[cfg.dtype]
+        groups = EPI_COLS // 8
+        tidx, _, _ = cute.arch.thread_idx()
+        leader = tidx % 128 == 0
+        barrier = EPI_BARRIER + self.wg
+        # (64, EPI_COLS, m_repeats): one swizzled 64-row box per m64 repeat.
+        sD = _smem_tensor(stage_info, self._alloc, self.args.epi_layout, cfg)
+        if leader:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
+        for rr in cutlass.range_constexpr(cfg.m_repeats):
+            for g in cutlass.range_constexpr(groups):
+                for r2 in cutlass.range_constexpr(2):
+                    i = ((rr * groups + g) * 2 + r2) * 2
+                    row, col = tCcC[((0, r2, subtile * groups + g), rr, 0)]
+                    pair = cutlass.Vector.from_elements([frag[i], frag[i + 1]], ACC_DTYPE)
+                    out = pair.to(out_dtype)
+                    sD[(row % 64, col % EPI_COLS, rr)] = out[0]
+                    sD[(row % 64, col % EPI_COLS + 1, rr)] = out[1]
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
+        if leader:
+            bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
+                self.args.tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2),
+                cute.zipped_divide(self.args.mD_tma, (64, EPI_COLS)),
+            )
+            slot = 0 if cfg.separate else self.wg
+            for rr in cutlass.range_constexpr(cfg.m_repeats):
+                # This repeat's 64 rows of the tile (warpgroups interleave in m64 blocks).
+                block_m = m0 // 64 + (rr * cfg.mma_warpgroups + slot)
+                block_n = n0 // EPI_COLS + subtile
+                cute.copy(self.args.tma_atom_d, bSG_sD[(None, rr)],
+                          bSG_gD[(None, (block_m, block_n))])
+            cute.arch.cp_async_bulk_commit_group()
+            if cutlass.const_expr(subtile == cfg.epi_subtiles - 1):
+                # The CTA may exit after its last tile: SMEM must outlive the TMA's reads.
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+
+@cute.jit
+def _thr_mma(tiled_mma: Any, cfg: Any, wg: int) -> Any:
+    """Warpgroup ``wg``'s thread slice of the tiled MMA (cooperating warpgroups are slices of
+    one MMA; a warpgroup on its own tile is the whole of its own)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    slot = 0 if cfg.separate else wg
+    return tiled_mma.get_slice(tidx % 128 + 128 * slot)
 
 
 @cute.jit
@@ -671,14 +806,19 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | No
         # CUTLASS TmaAsync release: one lane per consumer warp signals every
         # CTA that multicasts into this stage.
         consumer_group=pipeline.CooperativeGroup(
-            pipeline.Agent.Thread, WARPGROUP * cfg.consumers * cfg.mcast_size
+            pipeline.Agent.Thread, WARPGROUP * cfg.mma_warpgroups * cfg.mcast_size
         ),
         cta_layout_vmnk=(1, cfg.cluster_m, cfg.cluster_n, 1),
         advance_on_wait=cfg.advance_on_wait,
     )
-    coords = TileCoords(name="TileCoords")
-    smem_ab = SmemAB(cfg, args, name="SmemAB", pipeline_config=pipeline_cfg)
-    accs = [Accumulator(cfg, args, i, smem_ab, name=f"Acc{i}") for i in range(cfg.consumers)]
+    # One chain (coordinates -> SMEM pipeline) feeds cooperating warpgroups; with warpgroups
+    # on their own tiles each has its own chain, suffixed by its index.
+    suffix = [str(c) if cfg.separate else "" for c in range(cfg.chains)]
+    coords = [TileCoords(c, cfg.chains, name=f"TileCoords{suffix[c]}") for c in range(cfg.chains)]
+    smems = [SmemAB(cfg, args, c, name=f"SmemAB{suffix[c]}", pipeline_config=pipeline_cfg)
+             for c in range(cfg.chains)]
+    feeds = [smems[i if cfg.separate else 0] for i in range(cfg.consumers)]
+    accs = [Accumulator(cfg, args, i, feeds[i], name=f"Acc{i}") for i in range(cfg.consumers)]
     outs = [OutD(cfg, args, i, name=f"OutD{i}") for i in range(cfg.consumers)]
     wq = None
     if cfg.persistent:
@@ -689,14 +829,17 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | No
             name="WorkQueue",
         )
     allocator = SmemAllocator()
-    allocator.add_resource(smem_ab)
+    for resource in [*smems, *outs]:
+        if resource.get_smem_requirements():
+            allocator.add_resource(resource)
     allocator.compute_layout()
 
     # -- dependency graph --------------------------------------------------------------
     queue = [wq] if wq is not None else []
-    dependency_graph: dict = {smem_ab: [coords, *queue]}
-    for acc, out in zip(accs, outs, strict=True):
-        dependency_graph[acc] = [smem_ab, *queue]
+    dependency_graph: dict = {smem: [coord, *queue] for smem, coord in zip(smems, coords,
+                                                                            strict=True)}
+    for acc, out, feed in zip(accs, outs, feeds, strict=True):
+        dependency_graph[acc] = [feed, *queue]
         dependency_graph[out] = [acc, *queue]
 
     # -- schedules ---------------------------------------------------------------------
@@ -741,9 +884,11 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | No
 
     # -- tasks -------------------------------------------------------------------------
     tasks = [
-        Task(name="LoadTask", src_resources=[coords, *queue], dst_resources=[smem_ab],
-             warp_idx=cfg.producer_warp, num_warps=1,
-             schedule=load_schedule(coords, smem_ab, *queue), num_registers=cfg.producer_regs),
+        Task(name=f"LoadTask{suffix[c]}", src_resources=[coords[c], *queue],
+             dst_resources=[smems[c]], warp_idx=cfg.producer_warps[c], num_warps=1,
+             schedule=load_schedule(coords[c], smems[c], *queue),
+             num_registers=cfg.producer_regs)
+        for c in range(cfg.chains)
     ]
     # Register budgets are per warpgroup: the rest of the producer's warpgroup
     # idles with the producer's budget.
@@ -753,11 +898,11 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | No
                  warp_idx=first, num_warps=warps, schedule=padding_schedule(*queue),
                  num_registers=cfg.producer_regs)
         )
-    for i, (acc, out) in enumerate(zip(accs, outs, strict=True)):
+    for i, (acc, out, feed) in enumerate(zip(accs, outs, feeds, strict=True)):
         tasks.append(
-            Task(name=f"MathWG{i}", src_resources=[smem_ab, acc, *queue],
+            Task(name=f"MathWG{i}", src_resources=[feed, acc, *queue],
                  dst_resources=[acc, out], warp_idx=cfg.consumer_warps[i], num_warps=WARPGROUP,
-                 schedule=mma_schedule(smem_ab, acc, out, *queue),
+                 schedule=mma_schedule(feed, acc, out, *queue),
                  num_registers=cfg.consumer_regs)
         )
 
@@ -788,13 +933,14 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
     def gemm_kernel(tma_atom_a: cute.CopyAtom, mA: cute.Tensor, tma_atom_b: cute.CopyAtom,
                     mB: cute.Tensor, mD: cute.Tensor, tiled_mma: cute.TiledMma,
                     a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
-                    cta_layout_mnk: cute.Layout, tile_sched_params: Any) -> None:
+                    cta_layout_mnk: cute.Layout, tile_sched_params: Any, tma_atom_d: Any,
+                    mD_tma: Any, epi_layout: Any) -> None:
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == cfg.producer_warp:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
         args = KernelArgs(tma_atom_a, mA, tma_atom_b, mB, mD, tiled_mma, a_layout, b_layout,
-                          cta_layout_mnk, tile_sched_params)
+                          cta_layout_mnk, tile_sched_params, tma_atom_d, mD_tma, epi_layout)
         task_manager = make_task_manager(cfg, args, bodies=bodies)
         task_manager.setup_resources_and_tasks()
         cute.arch.mbarrier_init_fence()
@@ -812,11 +958,11 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
                   stream: cuda_driver.CUstream) -> None:
         io = IO_DTYPES[cfg.dtype]
         tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
-        # Warpgroups split the tile along M; each issues m64 x tile_n wgmma.
+        # Cooperating warpgroups split the tile along M; each issues m64 x tile_n wgmma.
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             io, io, LayoutEnum.from_tensor(a).sm90_mma_major_mode(),
             LayoutEnum.from_tensor(b).sm90_mma_major_mode(), ACC_DTYPE,
-            (cfg.consumers, 1, 1), tiler_mn=(64, cfg.tile_n),
+            (cfg.mma_warpgroups, 1, 1), tiler_mn=(64, cfg.tile_n),
         )
         # Every wgmma accumulates: the accumulator is zeroed per tile instead.
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
@@ -838,9 +984,17 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
             )
             grid = utils.StaticPersistentTileScheduler.get_grid_shape(
                 tile_sched_params, SM_COUNT // cfg.cluster_size)
+        tma_atom_d, mD_tma, epi_layout = None, None, None
+        if cutlass.const_expr(cfg.epilogue == "tma_store"):
+            # One 64 x EPI_COLS box of D per m64 repeat of a warpgroup's subtile.
+            epi_layout = sm90_utils.make_smem_layout_epi(
+                io, LayoutEnum.from_tensor(d), (64, EPI_COLS), cfg.m_repeats)
+            tma_atom_d, mD_tma = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), d,
+                cute.slice_(epi_layout, (None, None, 0)), (64, EPI_COLS))
         gemm_kernel(
             tma_atom_a, mA, tma_atom_b, mB, d, tiled_mma, a_layout, b_layout, cta_layout_mnk,
-            tile_sched_params,
+            tile_sched_params, tma_atom_d, mD_tma, epi_layout,
         ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1),
                  stream=stream)
 

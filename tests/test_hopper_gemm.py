@@ -23,6 +23,7 @@ from tsopt.verifier import VerdictCache, run_ts_checks, verify_genome  # noqa: E
 
 BIG = Problem.of("gemm", "bf16", m=8192, n=8192, k=8192)
 RAGGED = Problem.of("gemm", "fp16", m=3000, n=2008, k=1000)
+RAGGED_BF16 = Problem.of("gemm", "bf16", m=3000, n=2008, k=1000)
 BODY = MMA_OPS  # try_wait, wait, read_stage, wgmma, wgmma_wait, release
 RELEASE_FIRST = ("try_wait", "wait", "read_stage", "wgmma", "release", "wgmma_wait")
 
@@ -138,7 +139,11 @@ def test_register_and_smem_budgets(space) -> None:
 def test_smem_bytes_match_the_ts_allocator(space) -> None:
     from search_spaces.hopper_gemm_kernel import make_task_manager
 
-    for knobs in ({}, {"tile_n": 192, "stages": 5, "tile_k": 32}, {"tile_m": 64, "consumers": 1}):
+    for knobs in ({}, {"tile_n": 192, "stages": 5, "tile_k": 32}, {"tile_m": 64, "consumers": 1},
+                  {"epilogue": "tma_store", "stages": 3},
+                  {"arrangement": "separate", "tile_n": 128, "stages": 3},
+                  {"arrangement": "separate", "tile_n": 64, "tile_k": 32, "stages": 5,
+                   "epilogue": "tma_store"}):
         cfg = space.config(space.genome(**knobs), BIG)
         allocator = make_task_manager(cfg, None, domain=6).smem_allocator
         assert allocator.total_smem_bytes + allocator.barrier_smem_bytes == cfg.smem_bytes
@@ -295,3 +300,65 @@ def test_seed_builds_an_artifact(space, tmp_path) -> None:
     manifest = ArtifactManifest.read(result.artifact_dir)
     assert [t.name for t in manifest.tensors] == ["a", "b", "d"]
     assert manifest.launch["cluster"] == [1, 1, 1] and manifest.launch["block"] == [384, 1, 1]
+
+
+# -- the epilogue and warpgroup-arrangement knobs ------------------------------------------
+
+
+def test_separate_warpgroups_get_a_producer_and_a_pipeline_each(space) -> None:
+    from search_spaces.hopper_gemm_kernel import make_task_manager
+
+    g = space.genome(arrangement="separate", tile_n=128, stages=3, load_warp=3)
+    v = verdict(space, g)
+    assert v.valid, v.summary()
+    cfg = space.config(g, BIG)
+    assert (cfg.chains, cfg.mma_warpgroups, cfg.wg_tile_m, cfg.cta_tile_m) == (2, 1, 128, 256)
+    assert cfg.producer_warps == (3, 2) and cfg.padding() == [(0, 2)]
+    tasks = make_task_manager(cfg, None, domain=5).tasks
+    names = sorted(t.name for t in tasks)
+    assert names == ["LoadTask0", "LoadTask1", "MathWG0", "MathWG1", "PaddingTask0"]
+    # Each warpgroup's tile has its own A rows: 8192 rows are 32 work tiles of 2 x 128.
+    assert cfg.tiles_m == 32 and cfg.grid == (32, 64, 1)
+    # With one consumer warpgroup, 'separate' would be the cooperative kernel again.
+    one = verdict(space, space.genome(arrangement="separate", consumers=1, tile_m=64))
+    assert not one.valid and one.rule == "tsopt.arrangement"
+
+
+def test_separate_smem_counts_both_pipelines(space) -> None:
+    # 4 stages x 32 KiB per pipeline fit once (cooperative 128x128) but not twice.
+    assert verdict(space, space.genome(tile_n=128, stages=4)).valid
+    v = verdict(space, space.genome(arrangement="separate", tile_n=128, stages=4))
+    assert not v.valid and v.rule == "ts.smem"
+
+
+def test_tma_store_epilogue_costs_smem(space) -> None:
+    # 4 stages of 128x256 use 192 KiB: the two 64x64 staging boxes fit beside them.
+    cfg = space.config(space.genome(epilogue="tma_store"), BIG)
+    assert cfg.epi_buffer_bytes == 64 * 64 * 2
+    assert verdict(space, space.genome(epilogue="tma_store")).valid
+    # 7 stages of 128x128 (224 KiB) fit with direct stores, not beside the staging boxes.
+    assert verdict(space, space.genome(tile_n=128, stages=7)).valid
+    v = verdict(space, space.genome(epilogue="tma_store", tile_n=128, stages=7))
+    assert not v.valid and v.rule == "ts.smem"
+
+
+@pytest.mark.slow
+def test_tma_store_epilogue_compiles_to_staged_bulk_stores(space) -> None:
+    ptx = compile_ptx(space, space.genome(epilogue="tma_store", stages=3), RAGGED_BF16)
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx
+    assert "cp.async.bulk.commit_group" in ptx and re.search(r"cp\.async\.bulk\.wait_group\.read\s+0;", ptx)
+    assert "fence.proxy.async.shared::cta" in ptx
+    assert "bar.sync \t8, 128" in ptx and "bar.sync \t9, 128" in ptx  # one per warpgroup
+    # TMA clips at the edges of D: no predicated register stores are left.
+    assert "st.global" not in ptx
+    assert ".local" not in ptx
+
+
+@pytest.mark.slow
+def test_separate_warpgroups_compile(space) -> None:
+    g = space.genome(arrangement="separate", tile_n=128, stages=3, cluster="1x2")
+    ptx = compile_ptx(space, g, RAGGED_BF16)
+    # Each warpgroup issues its own m64n128 wgmma over its whole 128-row tile.
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16", ptx)
+    assert ".reqntid 384, 1, 1" in ptx and ".local" not in ptx
+    assert ".multicast::cluster" in ptx
