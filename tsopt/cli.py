@@ -90,10 +90,14 @@ TRIALS_HELP = ("Trials in the study in total: running the same command again res
                "up to N (after Ctrl-C or a kill).")
 SAMPLER_HELP = ("tpe (default), random, cmaes (numeric knobs; the others fall back to TPE) or "
                 "grid (exhaustive; small or --knob-restricted spaces).")
-WORKERS_HELP = ("Ray workers verifying and building in parallel (0: one at a time in this "
+WORKERS_HELP = ("Workers verifying and building in parallel (0: one at a time in this "
                 "process). With N > 0 a local Ray cluster of N CPUs is started, or joined with "
-                "--ray-address; each GPU gets a measuring actor.")
+                "--ray-address; each GPU gets a measuring actor. With --pool processes: N "
+                "local build processes instead of Ray.")
 RAY_HELP = "Join this Ray cluster (HOST:PORT of its head) instead of starting a local one."
+POOL_HELP = ("What --workers N runs on: ray (default; a local Ray cluster, or --ray-address) "
+             "or processes (N build processes on this machine, no Ray; measuring on this "
+             "machine's GPU if it has one).")
 PATIENCE_HELP = ("Stop after N trials without a faster measurement. Improvement needs "
                  "measurements: without a GPU nothing is timed and this never triggers.")
 WARM_HELP = ("Start a new study from the best genomes of finished studies of the same space "
@@ -118,6 +122,7 @@ def tune_copy(
     bundle: Path = typer.Option(None, help="Bundle directory (default: .tsopt/bundles/<study>)."),
     workers: int = typer.Option(0, help=WORKERS_HELP),
     ray_address: str = typer.Option(None, "--ray-address", help=RAY_HELP),
+    pool: str = typer.Option("ray", help=POOL_HELP),
     warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help=WARM_HELP),
     seed: int = typer.Option(0, help="Sampler seed."),
 ) -> None:
@@ -131,7 +136,7 @@ def tune_copy(
             space="copy", problem=problem, trials=trials, time_budget_s=_parse_duration(time),
             sampler=sampler, arch=arch, study=study, db_url=db, bundle_dir=bundle,
             workers=workers, seed=seed, ray_address=ray_address, patience=patience,
-            warm_start=warm_start, knobs=tuple(knob or ()),
+            warm_start=warm_start, knobs=tuple(knob or ()), pool=pool,
         )
         code = run_tune(request, console)
     raise typer.Exit(code)
@@ -154,6 +159,7 @@ def tune_gemm(
     bundle: Path = typer.Option(None, help="Bundle directory (default: .tsopt/bundles/<study>)."),
     workers: int = typer.Option(0, help=WORKERS_HELP),
     ray_address: str = typer.Option(None, "--ray-address", help=RAY_HELP),
+    pool: str = typer.Option("ray", help=POOL_HELP),
     warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help=WARM_HELP),
     seed: int = typer.Option(0, help="Sampler seed."),
 ) -> None:
@@ -167,7 +173,7 @@ def tune_gemm(
             space="gemm", problem=problem, trials=trials, time_budget_s=_parse_duration(time),
             sampler=sampler, arch=arch, study=study, db_url=db, bundle_dir=bundle,
             workers=workers, seed=seed, ray_address=ray_address, patience=patience,
-            warm_start=warm_start, knobs=tuple(knob or ()),
+            warm_start=warm_start, knobs=tuple(knob or ()), pool=pool,
         )
         code = run_tune(request, console)
     raise typer.Exit(code)

@@ -5,7 +5,7 @@
     ask ──▶ suggest (genome) ──▶ seen before? ──yes──▶ tell the known outcome (never rebuilt
      ▲                               │ no                 or re-measured)
      │                               ▼
-     │                 evaluate: verify + build  (in process, or a Ray task per candidate)
+     │                 evaluate: verify + build  (in process, in a build process, or a Ray task)
      │                               │
      │        rejected ─▶ PRUNED     │ built        failed ─▶ FAIL
      │                               ▼
@@ -344,7 +344,18 @@ class Driver:
             kind = str(getattr(self.measure_pool, "name", "injected"))
             self.run_ids = {i: f"{kind}-{uuid.uuid4()}-{i}"
                             for i in range(self.measure_pool.slots)}
-        if request.workers > 0 or request.ray_address:
+        if request.pool == "processes":
+            from workers.process_pool import ProcessBuildPool
+
+            self.pool = ProcessBuildPool(request.workers)
+            if self.measure_pool is None and _gpu_here(request.measure):
+                self.measure_pool = InlineMeasurePool()
+                self.run_ids = {0: f"inline-{uuid.uuid4()}"}
+            measuring = ("measuring on this machine's GPU" if self.measure_pool is not None
+                         else "nothing measured here: built candidates go to the bundle")
+            self.console.print(f"workers: {self.pool.slots} build processes on this machine "
+                               f"({measuring})", highlight=False)
+        elif request.workers > 0 or request.ray_address:
             from workers.ray_workers import RayBuildPool, RayMeasurePool, start_ray
 
             self.cluster = start_ray(request.ray_address, request.workers, request.arch)
@@ -582,8 +593,8 @@ class Driver:
         self._to_measure(job)
 
     def _worker_failed(self, job: Job, why: str) -> None:
-        """A Ray worker died twice on this candidate: record its verdict (judged here) and a
-        failed build, and tell the trial FAIL."""
+        """A worker (a Ray task or a build process) died twice on this candidate: record its
+        verdict (judged here) and a failed build, and tell the trial FAIL."""
         from tsopt.builder import cache_key
         from tsopt.verifier import VerdictCache, verdict_cache_key, verify_genome
 

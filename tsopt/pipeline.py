@@ -1,4 +1,5 @@
-"""Verify and build one candidate: the unit of CPU work, in process or in a Ray task.
+"""Verify and build one candidate: the unit of CPU work, in process, in a build process or
+in a Ray task.
 
 :func:`evaluate` takes an :class:`EvaluateRequest` (plain data: the space's
 import target, the genome as JSON, the problem, the arch, the artifact cache)
@@ -151,6 +152,14 @@ def evaluate(request: EvaluateRequest) -> Evaluation:
     seconds["total"] = time.perf_counter() - start
     seconds["cpu"] = _cpu_seconds() - cpu_start
     return Evaluation(verdict, key, build, seconds, os.getpid())
+
+
+def failure_text(exc: BaseException) -> str:
+    """One line for an evaluation whose worker failed for good (a Ray task, a build process)."""
+    kind = type(exc).__name__
+    text = str(exc).strip().splitlines()
+    first = next((line for line in text if line.strip()), "")
+    return f"{kind}: {first}"[:500]
 
 
 def _cpu_seconds() -> float:

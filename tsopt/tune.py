@@ -12,8 +12,8 @@ with its reason as a user attribute.
 The pieces: :mod:`tsopt.driver` (the ask/tell loop, budgets, resume),
 :mod:`tsopt.samplers`, :mod:`tsopt.pipeline` (verify + build of one
 candidate), :mod:`tsopt.progress`, :mod:`tsopt.warm_start`, and
-:mod:`workers.ray_workers` (Ray tasks and GPU actors). This module holds the
-request and the entry point.
+:mod:`workers.ray_workers` (Ray tasks and GPU actors) or :mod:`workers.process_pool`
+(local build processes, no Ray). This module holds the request and the entry point.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from tsopt.pipeline import CandidatePipeline
 from tsopt.problem import Problem
 from tsopt.samplers import GRID_LIMIT, SAMPLERS, make_sampler
 
-__all__ = ["GRID_LIMIT", "SAMPLERS", "CandidatePipeline", "TuneRequest", "make_sampler",
-           "run_tune"]
+__all__ = ["GRID_LIMIT", "POOLS", "SAMPLERS", "CandidatePipeline", "TuneRequest",
+           "make_sampler", "run_tune"]
+
+POOLS = ("ray", "processes")  # what `--workers N` verifies and builds on
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class TuneRequest:
     ``time_budget_s`` bounds this run; ``patience`` stops after that many trials without a
     faster measurement (never without a GPU: nothing is measured). ``workers`` > 0 (or a
     ``ray_address``) verifies and builds in Ray tasks; 0 does it here, one at a time.
+    ``pool="processes"`` (with ``workers`` > 0) builds in that many local processes instead
+    of Ray, and measures on this machine's GPU (:mod:`workers.process_pool`).
     ``knobs`` restricts knobs (``"stages=2,4"``).
     """
 
@@ -60,6 +64,7 @@ class TuneRequest:
     patience: int | None = None
     warm_start: bool = True
     knobs: tuple[str, ...] = field(default_factory=tuple)
+    pool: str = "ray"  # ray | processes: what --workers N runs on
 
     def study_name(self) -> str:
         """Default: space, problem and arch, e.g. ``copy-fp16-4096x4096-sm_90a``."""
@@ -82,6 +87,14 @@ class TuneRequest:
             raise UserInputError(f"--patience {self.patience} must be at least 1")
         if self.measure not in ("auto", "never", "always"):
             raise UserInputError(f"measure mode {self.measure!r} is not auto, never or always")
+        if self.pool not in POOLS:
+            raise UserInputError(f"--pool {self.pool!r} is not one of {', '.join(POOLS)}")
+        if self.pool == "processes" and self.workers < 1:
+            raise UserInputError(f"--pool processes needs --workers N >= 1 (got --workers "
+                                 f"{self.workers}; --workers 0 builds in this process)")
+        if self.pool == "processes" and self.ray_address:
+            raise UserInputError(f"--pool processes builds on this machine; --ray-address "
+                                 f"{self.ray_address!r} needs --pool ray")
 
 
 def run_tune(request: TuneRequest, console: Console) -> int:

@@ -32,7 +32,7 @@ from typing import Any
 
 import ray
 
-from tsopt.pipeline import EvaluateRequest, Evaluation, MeasureQueue, evaluate
+from tsopt.pipeline import EvaluateRequest, Evaluation, MeasureQueue, evaluate, failure_text
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,14 +99,6 @@ def stop_ray(cluster: RayCluster | None) -> None:
 def evaluate_task(request: EvaluateRequest) -> Evaluation:
     """Verify and build one candidate in a Ray worker process."""
     return evaluate(request)
-
-
-def failure_text(exc: BaseException) -> str:
-    """One line for a task or actor that failed for good."""
-    kind = type(exc).__name__
-    text = str(exc).strip().splitlines()
-    first = next((line for line in text if line.strip()), "")
-    return f"{kind}: {first}"[:500]
 
 
 class RayBuildPool:
