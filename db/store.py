@@ -304,22 +304,32 @@ class Store:
     def record_verdict(
         self, candidate_id: int, space: str, verdict_key: str, verdict: Verdict,
     ) -> None:
-        """Attach the verdict to the candidate, reusing the cached row for the key if present."""
-        verdict_key = stored_verdict_key(verdict_key)
+        """Attach the verdict to the candidate, reusing the cached row for the key if present.
+
+        The key caches the TS gate, which every genome of one key shares: a TS (or dataflow)
+        rejection is one row for all of them. Past TS, tsopt's checks judge the genome itself
+        (they see genes the key leaves out), so a ``tsopt`` or ``ok`` verdict is also kept in a
+        row of its own genome, and the candidate points at that one: never at a verdict
+        another genome of the key got.
+        """
+        keys = [stored_verdict_key(verdict_key)]
+        if verdict.stage in ("tsopt", "ok"):
+            keys.append(stored_verdict_key(f"{verdict_key}|genome={verdict.genome_hash}"))
         with self._writing() as session:
             candidate = self._candidate_row(session, candidate_id)
-            fresh = VerdictRow(
-                space=space, verdict_key=verdict_key, genome_hash=verdict.genome_hash,
-                valid=verdict.valid, stage=verdict.stage, rule=verdict.rule,
-                message=verdict.message, seconds=verdict.seconds, domain=verdict.domain,
-            )
+            for key in keys:
+                fresh = VerdictRow(
+                    space=space, verdict_key=key, genome_hash=verdict.genome_hash,
+                    valid=verdict.valid, stage=verdict.stage, rule=verdict.rule,
+                    message=verdict.message, seconds=verdict.seconds, domain=verdict.domain,
+                )
 
-            def lookup() -> VerdictRow | None:
-                return session.scalar(select(VerdictRow).where(
-                    VerdictRow.space == space, VerdictRow.verdict_key == verdict_key,
-                ))
+                def lookup(key: str = key) -> VerdictRow | None:
+                    return session.scalar(select(VerdictRow).where(
+                        VerdictRow.space == space, VerdictRow.verdict_key == key,
+                    ))
 
-            candidate.verdict_id = self._insert_or_get(session, fresh, lookup).id
+                candidate.verdict_id = self._insert_or_get(session, fresh, lookup).id
 
     # -- build cache --------------------------------------------------------------------
     def find_build(self, cache_key: str) -> BuildResult | None:

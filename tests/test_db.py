@@ -349,14 +349,31 @@ def test_the_verdict_cache_is_shared_by_key_across_candidates_and_studies(store:
     g1, g2 = copy_genome(box=64), copy_genome(box=128)
     rejected = Verdict.reject(g1.hash, "ts", "ts.missing_release", "schedule is missing ...")
     store.record_verdict(store.add_candidate(a, g1, "enumerate"), "copy", "same", rejected)
-    # A second genome with the same verdict key reuses the row, whatever verdict it brings.
+    # A second genome with the same key shares the TS rejection's row.
     store.record_verdict(store.add_candidate(b, g2, "enumerate"), "copy", "same",
-                         Verdict.ok(g2.hash))
+                         Verdict.reject(g2.hash, "ts", "ts.missing_release", "other text"))
     assert store.candidates(b)[0].verdict == dataclasses.replace(rejected, cached=True)
     engine = create_engine(store.url)
     with engine.connect() as conn:
         assert conn.scalar(text("SELECT count(*) FROM tsopt_verdict")) == 1
     engine.dispose()
+
+
+def test_genomes_of_one_key_keep_their_own_tsopt_verdicts(store: Store) -> None:
+    # Both passed TS (one key: the genes TS sees are equal); tsopt's checks, which see the
+    # rest of the genome, reject one of them. Each candidate keeps its own verdict, and the
+    # key still answers the TS gate for the cache.
+    study = new_study(store)
+    g1, g2 = copy_genome(box=64), copy_genome(box=128)
+    own = Verdict.reject(g1.hash, "tsopt", "tsopt.launch_shape", "raster belongs to ...")
+    store.record_verdict(store.add_candidate(study, g1, "enumerate"), "copy", "key", own)
+    store.record_verdict(store.add_candidate(study, g2, "enumerate"), "copy", "key",
+                         Verdict.ok(g2.hash))
+    first, second = store.candidates(study)
+    assert first.verdict is not None and first.verdict.rule == "tsopt.launch_shape"
+    assert second.verdict is not None and second.verdict.valid
+    cached = store.find_verdict("copy", "key")
+    assert cached is not None and cached.stage == "tsopt"  # TS passed: the cache says so
 
 
 def test_a_cached_build_failure_gives_way_to_a_later_success_but_never_the_reverse(
