@@ -1,8 +1,33 @@
-"""Search efficiency, offline: candidates measured until within 2 % of the best, TPE vs random.
+"""Search efficiency: candidates measured until within 2 % of the best, TPE vs random.
 
-Measuring thousands of GEMM candidates per sampler and seed is what the GPU
-budget cannot pay for twice, so the comparison is a replay over one table of
-real measurements (genome -> median time, from a large random search):
+The figure (``studies``) comes from real studies recorded by ``tsopt tune`` (each possibly in
+its own database): one long ``--sampler random`` study, the reference, and a few shorter ones
+per sampler and ``--seed``:
+
+    python bench/search_efficiency.py studies --reference sqlite:///R.db:STUDY_R \
+        --run tpe=sqlite:///T0.db:STUDY_T0 --run tpe=sqlite:///T1.db:STUDY_T1 \
+        --run random=sqlite:///R.db:STUDY_R [--within 0.02] [--shuffles 10000] \
+        --out bench/results/search_efficiency_h200.json
+
+``URL:STUDY`` splits at the last colon (a study name has no ``:`` or ``/``); ``LABEL`` names
+the sampler, and runs are grouped by it. The target is the reference's best correct median x
+(1 + ``--within``). A run's count is its candidates measured, in the order they were measured
+(the store's ``measured_at`` of each candidate's first measurement; ties by trial number), up
+to and including the first correct one within the target; every measured candidate counts one,
+correct or not (``wrong``, ``timeout`` ...); candidates the verifier rejected or that failed to
+build cost no measurement and do not count. A run that never gets there reports null with the
+number it measured. Each run also reports its best, best / reference best and the best-so-far
+series. For the reference, the count is also given for measuring its candidates in a uniformly
+random order without replacement: exactly (T + 1) / (m + 1) on average for m of T measured
+candidates on target, with exact quartiles and those of ``--shuffles`` seeded shuffles; since a
+random sampler's order is exchangeable, this is the proper "random search" figure (the single
+order of a real random run is one draw of it). The JSON goes to ``--out``, a markdown summary
+(with the command line) beside it as ``.md``, and, when matplotlib is importable, a plot as
+``.png`` (best so far vs candidates measured, one line per run, the target as a dashed line).
+
+The cheap surrogate (``table`` + ``replay``): measuring thousands of GEMM candidates per
+sampler and seed is what the GPU budget cannot pay for twice, so a replay over one table of
+real measurements (genome -> median time, from a large random search) compares many seeds:
 
     # 1. the table, from a measured study (e.g. `tsopt tune gemm ... --sampler random
     #    --trials 2000` on an H200, then ingested)
@@ -52,6 +77,8 @@ import hashlib
 import json
 import math
 import os
+import re
+import shlex
 import statistics
 import sys
 import time
@@ -391,6 +418,339 @@ def markdown(result: dict[str, Any], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- real studies --------------------------------------------------------------------------
+
+_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9_.+-]*")
+
+
+@dataclass(frozen=True)
+class StudySource:
+    """A study named on the command line: ``[LABEL=]URL:STUDY``."""
+
+    text: str  # as given
+    option: str  # the option that gave it, for messages
+    label: str | None
+    url: str
+    study: str
+
+    def where(self) -> str:
+        return f"{self.option} {self.text!r}"
+
+
+def parse_source(value: str, option: str, labelled: bool) -> StudySource:
+    """``URL:STUDY`` (split at the last colon), after ``LABEL=`` when ``labelled``.
+
+    Raises ValueError naming the option and the bad value."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    form = "LABEL=URL:STUDY (e.g. tpe=sqlite:///t0.db:gemm-tpe-0)" if labelled else \
+        "URL:STUDY (e.g. sqlite:///r.db:gemm-random)"
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"{option} {value!r}: {why}; expected {form}")
+
+    label = None
+    rest = value.strip()
+    if labelled:
+        label, sep, rest = rest.partition("=")
+        if not sep or not _LABEL.fullmatch(label):
+            raise bad("no sampler label before '='" if not sep or ":" in label or "/" in label
+                      else f"label {label!r} is not a name (letters, digits, _ . + -)")
+    url, sep, study = rest.rpartition(":")
+    if "://" in rest and "://" not in url:  # the last colon is the URL's own
+        raise bad("no study name: nothing like ':STUDY' after the URL")
+    if not sep or "://" not in url:
+        raise bad("no database URL before the last ':' (a URL looks like sqlite:///tsopt.db)")
+    if not study.strip() or "/" in study:
+        raise bad(f"no study name after the last ':' (got {study!r}); did you forget :STUDY?")
+    try:
+        make_url(url)
+    except ArgumentError as exc:
+        raise bad(f"{url!r} is not a database URL ({exc})") from None
+    return StudySource(value, option, label, url, study)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measured candidate of a study as the search saw it: its first measurement."""
+
+    candidate_id: int
+    genome_hash: str
+    trial_number: int | None
+    measured_at: Any  # datetime
+    status: str
+    median_us: float | None  # None unless status == "ok"
+    measurements: int
+    device: str
+
+    @property
+    def correct(self) -> bool:
+        return self.median_us is not None
+
+
+def _open(source: StudySource, stores: dict[str, Any]) -> Any:
+    from db.engine import parse_url, sqlite_path
+    from db.store import Store
+
+    if source.url not in stores:
+        path = sqlite_path(parse_url(source.url))
+        if path is not None and not path.exists():
+            # Store() would create an empty database there: a typo must not look like no data.
+            raise ValueError(f"{source.where()}: no database file {str(path)!r}")
+        stores[source.url] = Store(source.url)
+    return stores[source.url]
+
+
+def load_measured(source: StudySource, stores: dict[str, Any]) -> tuple[Any, list[Measured], int]:
+    """The study's info, its measured candidates in the order they were measured, and how many
+    candidates it proposed in all.
+
+    Order: a candidate's first recorded measurement time (``measured_at``, recorded by the store
+    when the result reached it), ties by trial number, then candidate id. Each candidate counts
+    once, with its first measurement's outcome (what the search was told); candidates the
+    verifier rejected or that failed to build have no measurement and do not count."""
+    store = _open(source, stores)
+    info = store.get_study(source.study)
+    if info is None:
+        names = ", ".join(s.name for s in store.list_studies()) or "none"
+        raise ValueError(f"{source.where()}: no study {source.study!r} in that database "
+                         f"(studies there: {names})")
+    candidates = store.candidates(source.study)
+    measured = []
+    for c in candidates:
+        if not c.measurements:
+            continue
+        first = min(c.measurements, key=lambda r: r.measured_at)
+        m = first.measurement
+        measured.append(Measured(
+            c.id, c.genome_hash, c.trial_number, first.measured_at, m.status,
+            m.median_us if m.status == "ok" else None, len(c.measurements), m.device))
+    measured.sort(key=lambda r: (r.measured_at, math.inf if r.trial_number is None
+                                 else r.trial_number, r.candidate_id))
+    return info, measured, len(candidates)
+
+
+def run_figure(measured: list[Measured], target: float, reference_best: float) -> dict[str, Any]:
+    """Candidates measured until the first correct one within ``target`` (None: never), the
+    best time and the best-so-far series ``[n_measured, best_us or None]``."""
+    best: float | None = None
+    reached: int | None = None
+    series: list[list[Any]] = []
+    for n, row in enumerate(measured, 1):
+        if row.correct and (best is None or row.median_us < best):  # type: ignore[operator]
+            best = row.median_us
+        if reached is None and row.correct and row.median_us <= target:  # type: ignore[operator]
+            reached = n
+        series.append([n, best])
+    return {"candidates_to_target": reached, "measured": len(measured),
+            "correct": sum(r.correct for r in measured),
+            "statuses": dict(sorted(_count(r.status for r in measured).items())),
+            "remeasured_candidates": sum(r.measurements > 1 for r in measured),
+            "best_us": best, "best_vs_reference": best / reference_best if best else None,
+            "devices": sorted({r.device for r in measured if r.device}), "series": series}
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def random_order(total: int, on_target: int, shuffles: int, seed: int) -> dict[str, Any]:
+    """Candidates measured to the first on-target one when ``total`` candidates (``on_target``
+    of them on target) are measured in a uniformly random order, without replacement: the
+    exact expectation (T + 1) / (m + 1), exact quartiles, and quartiles over ``shuffles``
+    seeded random orders. None throughout when no candidate is on target."""
+    import random
+
+    out: dict[str, Any] = {"total": total, "on_target": on_target, "shuffles": shuffles,
+                           "seed": seed}
+    if on_target == 0 or total == 0:
+        return out | {"expected": None, "exact": None, "shuffled": None}
+    # P(count > k) = C(T - k, m) / C(T, m): the first k draws all miss.
+    cdf = []
+    survive = 1.0
+    for k in range(1, total - on_target + 2):
+        survive *= (total - on_target - (k - 1)) / (total - (k - 1))
+        cdf.append(1.0 - survive)
+
+    def exact(p: float) -> int:
+        return next(k for k, c in enumerate(cdf, 1) if c >= p - 1e-12)
+
+    rng = random.Random(seed)
+    counts: list[float] = sorted(min(rng.sample(range(total), on_target)) + 1.0
+                                 for _ in range(shuffles))
+    return out | {
+        "expected": (total + 1) / (on_target + 1),
+        "exact": {"q1": exact(0.25), "median": exact(0.5), "q3": exact(0.75)},
+        "shuffled": {"mean": statistics.fmean(counts), "q1": _quantile(counts, 0.25),
+                     "median": statistics.median(counts), "q3": _quantile(counts, 0.75)}
+        if counts else None,
+    }
+
+
+def _label_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    costs = [r["candidates_to_target"] for r in runs]
+    got = [c for c in costs if c is not None]
+    # A run that never got there would have needed more than it measured: its count is at
+    # least measured + 1 (a lower bound on the median) and at most unbounded (an upper one).
+    low = statistics.median([c if c is not None else r["measured"] + 1
+                             for c, r in zip(costs, runs, strict=True)])
+    high = statistics.median([c if c is not None else math.inf for c in costs])
+    return {"studies": [r["study"] for r in runs], "seeds": [r["seed"] for r in runs],
+            "candidates_to_target": costs, "measured": [r["measured"] for r in runs],
+            "reached": f"{len(got)}/{len(costs)}",
+            "median": low if low == high else None,
+            "median_bounds": [low, None if math.isinf(high) else high],
+            "best_us": min((r["best_us"] for r in runs if r["best_us"] is not None), default=None)}
+
+
+def studies(reference: str, runs: list[str], within: float = 0.02, shuffles: int = 10000,
+            seed: int = 0) -> dict[str, Any]:
+    """The search-efficiency figure from measured studies (see the module docstring).
+
+    ``reference``: ``URL:STUDY`` of the long random study that sets the target (its best correct
+    median x (1 + ``within``)); ``runs``: ``LABEL=URL:STUDY`` each. Raises ValueError naming a
+    bad argument."""
+    from db.engine import display_url, parse_url
+
+    ref_source = parse_source(reference, "--reference", labelled=False)
+    run_sources = [parse_source(r, "--run", labelled=True) for r in runs]
+    if not run_sources:
+        raise ValueError("--run: give at least one LABEL=URL:STUDY")
+    if within < 0:
+        raise ValueError(f"--within {within}: must be >= 0")
+    stores: dict[str, Any] = {}
+    try:
+        ref_info, ref_measured, ref_proposed = load_measured(ref_source, stores)
+        timed = [r.median_us for r in ref_measured if r.median_us is not None]
+        if not timed:
+            raise ValueError(f"{ref_source.where()}: the study has no correct, timed candidate "
+                             f"({len(ref_measured)} measured)")
+        base = min(timed)
+        target = base * (1 + within)
+        on_target = sum(1 for t in timed if t <= target)
+        loaded = [(s, *load_measured(s, stores)) for s in run_sources]
+    finally:
+        for store in stores.values():
+            store.close()
+
+    def describe(source: StudySource, info: Any) -> dict[str, Any]:
+        return {"study": source.study, "source": display_url(parse_url(source.url)),
+                "recorded_sampler": info.sampler, "seed": info.config.get("seed"),
+                "knobs": list(info.config.get("knobs", []))}
+
+    ref_best = next(r for r in ref_measured if r.median_us == base)
+    result_runs = []
+    for source, info, measured, proposed in loaded:
+        clash = [f"{f} {have!r} (reference: {want!r})" for f, have, want in (
+            ("space", info.space, ref_info.space), ("problem", info.problem_key,
+                                                    ref_info.problem_key),
+            ("arch", info.arch, ref_info.arch)) if have != want]
+        if clash:
+            raise ValueError(f"{source.where()}: not comparable with the reference: "
+                             + ", ".join(clash))
+        result_runs.append({"label": source.label, **describe(source, info),
+                            "proposed": proposed, **run_figure(measured, target, base)})
+    labels: dict[str, list[dict[str, Any]]] = {}
+    for run in result_runs:
+        labels.setdefault(run["label"], []).append(run)
+    return {
+        "kind": "studies", "synthetic": False, "space": ref_info.space,
+        "problem": ref_info.problem_key, "arch": ref_info.arch, "within": within,
+        "target_us": target,
+        "reference": {**describe(ref_source, ref_info), "proposed": ref_proposed,
+                      "measured": len(ref_measured), "correct": len(timed), "best_us": base,
+                      "best_genome": ref_best.genome_hash, "on_target": on_target,
+                      "devices": sorted({r.device for r in ref_measured if r.device}),
+                      "random_order": random_order(len(ref_measured), on_target, shuffles,
+                                                   seed)},
+        "runs": result_runs,
+        "by_label": {label: _label_summary(group) for label, group in labels.items()},
+    }
+
+
+def _fmt(value: Any, spec: str = ".0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def studies_markdown(result: dict[str, Any], command: str) -> str:
+    ref = result["reference"]
+    order = ref["random_order"]
+    lines = [
+        f"# Search efficiency (measured studies): {result['space']} {result['problem']} "
+        f"{result['arch']}", "", f"Command: `{command}`  ",
+        f"Reference: study `{ref['study']}` ({ref['recorded_sampler']}, seed {ref['seed']}) in "
+        f"{ref['source']}: {ref['measured']} candidates measured ({ref['correct']} correct) of "
+        f"{ref['proposed']} proposed; best {ref['best_us']:.2f} us; target "
+        f"{result['target_us']:.2f} us (+{100 * result['within']:g} %), met by "
+        f"{ref['on_target']} candidates. Devices: {', '.join(ref['devices']) or '?'}.  ",
+        "A count is the candidates measured (correct or not; verifier rejections and failed "
+        "builds cost none) up to and including the first correct one within the target.", "",
+        "| sampler | study | seed | measured | candidates measured to target | best (us) "
+        "| best / reference best |", "|---|---|---|---|---|---|---|"]
+    for r in result["runs"]:
+        cost = r["candidates_to_target"]
+        lines.append(f"| {r['label']} | `{r['study']}` | {r['seed']} | {r['measured']} | "
+                     f"{cost if cost is not None else 'not reached'} | {_fmt(r['best_us'], '.2f')} "
+                     f"| {_fmt(r['best_vs_reference'], '.3f')} |")
+    lines += ["", "| sampler | runs reaching target | candidates measured to target, per run "
+              "| median |", "|---|---|---|---|"]
+    for label, s in result["by_label"].items():
+        per = ", ".join(str(c) if c is not None else f">{m}" for c, m in
+                        zip(s["candidates_to_target"], s["measured"], strict=True))
+        lo, hi = s["median_bounds"]
+        median = _fmt(s["median"], "g") if s["median"] is not None else \
+            f">= {lo:g}" + (f", <= {hi:g}" if hi is not None else "")
+        lines.append(f"| {label} | {s['reached']} | {per} | {median} |")
+    if order["expected"] is not None:
+        shuffled = order["shuffled"]
+        lines.append(
+            f"| random order over the reference's {order['total']} measured candidates "
+            f"(exact; {order['shuffles']} shuffles) | - | expected {order['expected']:.1f}; "
+            f"exact quartiles {order['exact']['q1']}-{order['exact']['q3']}"
+            + (f"; shuffled mean {shuffled['mean']:.1f}, q1-q3 {shuffled['q1']:g}-"
+               f"{shuffled['q3']:g}" if shuffled else "")
+            + f" | {order['exact']['median']} |")
+    if result.get("plot"):
+        lines += ["", f"![best so far vs candidates measured]({result['plot']})"]
+    return "\n".join(lines) + "\n"
+
+
+def studies_plot(result: dict[str, Any], path: Path) -> bool:
+    """Best so far vs candidates measured, one line per run; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in result["runs"]:
+        points = [(n, b) for n, b in r["series"] if b is not None]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.step(xs, ys, where="post", label=f"{r['label']} ({r['study']})")
+    ax.axhline(result["target_us"], color="k", linestyle="--", linewidth=1,
+               label=f"target (+{100 * result['within']:g} % of reference best)")
+    ax.set_xscale("log")
+    ax.set_xlabel("candidates measured")
+    ax.set_ylabel("best correct median (us)")
+    top = max((b for r in result["runs"] for _, b in r["series"] if b is not None), default=0.0)
+    if top > 2 * result["target_us"]:  # slow first candidates would flatten the approach
+        ax.set_ylim(top=2 * result["target_us"])
+        ax.set_ylabel("best correct median (us; clipped at 2 x target)")
+    ax.set_title(f"{result['problem']} {result['arch']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -419,7 +779,37 @@ def main() -> None:
                    help="answer every proposal from the table (no verifier: rejected "
                    "proposals then borrow a valid neighbour's time)")
     r.add_argument("--out", type=Path, default=None, help="JSON (and .md beside it)")
+    st = sub.add_parser("studies", help="the figure from measured studies (the primary one)")
+    st.add_argument("--reference", required=True, metavar="URL:STUDY",
+                    help="the long random study that sets the target (its best x (1 + within))")
+    st.add_argument("--run", action="append", default=[], required=True,
+                    metavar="LABEL=URL:STUDY", help="a measured study, labelled by its sampler "
+                    "(repeatable; the reference may be one of them)")
+    st.add_argument("--within", type=float, default=0.02)
+    st.add_argument("--shuffles", type=int, default=10000,
+                    help="random orders of the reference's measured candidates")
+    st.add_argument("--seed", type=int, default=0, help="seed of the shuffles")
+    st.add_argument("--out", type=Path, default=None,
+                    help="JSON (and .md, and .png if matplotlib is importable, beside it)")
     args = parser.parse_args()
+    if args.command == "studies":
+        command = shlex.join(["python", "bench/search_efficiency.py", *sys.argv[1:]])
+        try:
+            result = studies(args.reference, args.run, args.within, args.shuffles, args.seed)
+        except ValueError as exc:  # UserInputError too
+            parser.error(str(exc))
+        result["command"] = command
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            plot = args.out.with_suffix(".png")
+            if studies_plot(result, plot):
+                result["plot"] = plot.name
+        text = studies_markdown(result, command)
+        print(text)
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+            args.out.with_suffix(".md").write_text(text)
+        return
     if args.command == "table":
         doc = table_from_study(args.db, args.study)
     elif args.command == "synthetic":
