@@ -262,7 +262,8 @@ def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
                  if sample else 0)
     return Funnel(
         space.name, problem.key, raw, legal_n, ts_valid, checked,
-        verifications=judge.calls, seconds=time.perf_counter() - start,
+        verifications=judge.calls, verify_seconds=judge.seconds,
+        seconds=time.perf_counter() - start,
         method="factorised verification (search_spaces/_gemm_funnel.py)",
         rejections=dict(judge.rejections), sample_size=sample, sample_agreement=agreement,
     )

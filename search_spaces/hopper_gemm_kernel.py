@@ -30,11 +30,17 @@ Resource/task flow::
                     |        |   MathWG i, after the K loop: read subtiles
                     v        v
                +----+--+  +--+----+
-               | OutD0 |  | OutD1 |   D rows of warpgroup i, direct predicated stores
-               +-------+  +-------+
+               | OutD0 |  | OutD1 |   D rows of warpgroup i: direct predicated stores,
+               +-------+  +-------+   or staged in SMEM and written by TMA stores
 
     WorkQueue (persistent candidates only): every task walks the same static
     persistent tile stream, one tile per iteration of its work_tile_loop.
+
+    Arrangement: ``cooperative`` (drawn above) splits one tile between the
+    warpgroups, which share one chain TileCoords -> LoadTask -> SmemAB.
+    ``separate`` gives each warpgroup a tile of its own and a chain of its own
+    (TileCoords<i>, LoadTask<i> on a second warp of the producer warpgroup,
+    SmemAB<i>): the work tile is then ``consumers`` tiles stacked along M.
 
 The wgmma is asynchronous: ``Accumulator.wgmma`` only *issues* the MMAs of one
 K slice as one commit group, and the SMEM stage they read stays in use until a
