@@ -484,8 +484,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--warmup", type=int, default=10)
     r.add_argument("--only", nargs="*", default=[])
     h = sub.add_parser("headline", help="A/B the named candidates against cuBLAS (GPU)")
-    h.add_argument("plan", choices=sorted(PLANS))
-    h.add_argument("labels", nargs="+")
+    h.add_argument("plan", help="a built plan: one of " + ", ".join(sorted(PLANS)) + ", or any "
+                   "folder of carry/gemm with a plan.json (e.g. from bench/search_remeasure.py)")
+    h.add_argument("labels", nargs="*")
+    h.add_argument("--all", action="store_true", help="every built candidate of the plan")
     h.add_argument("--rounds", type=int, default=15)
     h.add_argument("--per-round", type=int, default=20)
     h.add_argument("--out", type=Path, default=None)
@@ -493,8 +495,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "build":
         return build(args.plan, args.jobs)
     if args.cmd == "headline":
+        plan_file = CARRY / args.plan / "plan.json"
+        if not plan_file.exists():
+            parser.error(f"plan {args.plan!r}: no {plan_file} (build it first)")
+        labels = args.labels
+        if args.all:
+            labels = [r["label"] for r in json.loads(plan_file.read_text())["rows"]
+                      if "artifact" in r]
+        if not labels:
+            parser.error("headline: give LABELs or --all")
         out = args.out or Path(os.environ.get("OUT", "bench/results")) / "gemm-headline.json"
-        return headline(args.plan, args.labels, out, args.rounds, args.per_round)
+        return headline(args.plan, labels, out, args.rounds, args.per_round)
     out = args.out or Path(os.environ.get("OUT", "bench/results")) / f"gemm-{args.plan}.json"
     return run(args.plan, out, args.runs, args.warmup, args.only)
 

@@ -264,3 +264,38 @@ def test_command_line_writes_json_and_markdown(dbs: dict[str, str], tmp_path: Pa
         se.main()
     assert exit_.value.code == 2
     assert "--reference 'sqlite:///r.db': no study name" in capsys.readouterr().err
+
+
+def test_remeasured_costs_decide_the_target(dbs: dict[str, str], tmp_path: Path) -> None:
+    stores: dict[str, Store] = {}
+    ref = se.load_measured(se.parse_source(f"{dbs['r']}:gemm-random", "--reference", False),
+                           stores)[1]
+    t0 = se.load_measured(se.parse_source(f"{dbs['t0']}:gemm-tpe-0", "--run", False), stores)[1]
+    for store in stores.values():
+        store.close()
+    by_time = {r.median_us: r.genome_hash for r in ref if r.median_us is not None}
+    # MADE-UP TEST DATA: paired re-measurements (cuBLAS time / candidate time), as
+    # bench/gemm_h200.py headline writes them; the cost is the inverse.
+    results = [
+        {"genome_hash": by_time[100.0], "correct": True, "median_ratio": 1.00},  # cost 1.0
+        {"genome_hash": by_time[101.5], "correct": True, "median_ratio": 0.90},  # 1.11: off
+        {"genome_hash": by_time[104.0], "correct": True, "median_ratio": 0.99},  # 1.01: on
+        {"genome_hash": t0[2].genome_hash, "correct": True, "median_ratio": 0.95},  # its 101 us
+        {"genome_hash": t0[3].genome_hash, "correct": True, "median_ratio": 1.05},  # its 99 us
+        {"genome_hash": by_time[110.0], "correct": False, "median_ratio": 2.0},  # left out
+    ]
+    path = tmp_path / "remeasured.json"
+    path.write_text(json.dumps({"results": results}))
+    result = figure(dbs, within=0.02, shuffles=100, remeasured=path)
+    paired = result["remeasured"]
+    assert (paired["candidates"], paired["reference_on_target"]) == (5, 2)  # 100 and 104 us
+    assert paired["target_cost"] == pytest.approx(1.02)
+    t0_run, t1_run, rnd = result["runs"]
+    assert t0_run["candidates_to_target"] == 4  # 101 us re-measured off target; 99 us on it
+    assert t1_run["candidates_to_target"] is None  # nothing of it was re-measured
+    assert rnd["candidates_to_target"] == 4
+    assert result["reference"]["random_order"]["on_target"] == 2
+    with pytest.raises(ValueError, match="no correct re-measured"):
+        empty = tmp_path / "empty.json"
+        empty.write_text(json.dumps({"results": []}))
+        figure(dbs, remeasured=empty)
