@@ -25,6 +25,12 @@ order of a real random run is one draw of it). The JSON goes to ``--out``, a mar
 (with the command line) beside it as ``.md``, and, when matplotlib is importable, a plot as
 ``.png`` (best so far vs candidates measured, one line per run, the target as a dashed line).
 
+``--remeasured HEADLINE_JSON`` judges "within the target" on a paired re-measurement instead of
+the recorded times, for a GPU whose drift between studies exceeds the target
+(``bench/search_remeasure.py``: the near-best candidates timed back to back, alternating with
+cuBLAS; the cost is their time over cuBLAS's, the target the reference's best cost x (1 +
+``--within``); a candidate not re-measured is off target).
+
 The cheap surrogate (``table`` + ``replay``): measuring thousands of GEMM candidates per
 sampler and seed is what the GPU budget cannot pay for twice, so a replay over one table of
 real measurements (genome -> median time, from a large random search) compares many seeds:
