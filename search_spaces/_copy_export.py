@@ -97,13 +97,8 @@ def check_on_gpu():
 
 def render_kernel_source(cfg: CopyConfig, header: str, arch: str) -> str:
     """The whole exported ``kernel.py``."""
-    candidate = (
-        render_config(cfg)
-        + "\n\n"
-        + render_body("load", cfg.load_ops)
-        + "\n\n"
-        + render_body("store", cfg.store_ops)
-    )
+    candidate = (render_config(cfg), render_body("load", cfg.load_ops),
+                 render_body("store", cfg.store_ops))
     return _export_source.assemble(copy_tma_kernel, header, arch, candidate, TEMPLATE_MAIN)
 
 

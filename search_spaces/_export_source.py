@@ -104,8 +104,10 @@ def render_config(cfg: Any, comment: tuple[str, ...], ops_fields: tuple[str, ...
     return f"CONFIG = {type(cfg).__name__}(\n" + "\n".join(lines) + "\n)\n"
 
 
-def assemble(module: ModuleType, header: str, arch: str, candidate: str, template_main: str) -> str:
-    """The whole file from the kernel module, the rendered candidate and the template's main parts."""
+def assemble(module: ModuleType, header: str, arch: str, candidate: Sequence[str],
+             template_main: str) -> str:
+    """The whole file from the kernel module, the rendered candidate (its configuration and
+    each task's schedule body) and the template's main parts."""
     source = inspect.getsource(module)
     preamble = (
         f'"""{header.strip()}\n"""\n\n'
@@ -123,6 +125,6 @@ def assemble(module: ModuleType, header: str, arch: str, candidate: str, templat
         kernel_doc, body = "", source
     exported = (
         f"\n\n{RULE}\n# The exported candidate: configuration and schedule, written out.\n{RULE}\n\n"
-        + candidate
+        + "\n\n".join(candidate)
     )
     return preamble + kernel_doc + body + exported + template_main.rstrip() + "\n" + MAIN

@@ -148,7 +148,9 @@ recorded genomes keep their hash, their verdict and their meaning)."""
 
 def gene(genome: Genome, name: str) -> object:
     """``genome[name]``, or the meaning of its absence for a gene added later."""
-    return genome.genes[name] if name in genome.genes else ADDED_GENES[name]
+    if name in ADDED_GENES and name not in genome.genes:
+        return ADDED_GENES[name]
+    return genome[name]
 
 
 PLACEMENT_KNOBS = ("load.body", "load.depth", "load.defer",

@@ -108,13 +108,8 @@ def check_on_gpu():
 
 def render_kernel_source(cfg: GemmConfig, header: str, arch: str) -> str:
     """The whole exported ``kernel.py``."""
-    candidate = (
-        render_config(cfg)
-        + "\n\n"
-        + render_body("load", cfg.load_ops)
-        + "\n\n"
-        + render_body("mma", cfg.mma_ops)
-    )
+    candidate = (render_config(cfg), render_body("load", cfg.load_ops),
+                 render_body("mma", cfg.mma_ops))
     return _export_source.assemble(hopper_gemm_kernel, header, arch, candidate, TEMPLATE_MAIN)
 
 

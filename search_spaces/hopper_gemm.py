@@ -20,7 +20,6 @@ ensure_arch()  # the DSL reads its target arch when first imported
 from search_spaces import _gemm_space as _space  # noqa: E402
 from search_spaces._gemm_checks import gemm_checks  # noqa: E402
 from search_spaces._gemm_config import (  # noqa: E402
-    ADDED_GENES,
     SPACE,
     config_of,
     gene,
@@ -117,8 +116,7 @@ class HopperGemmSpace(SearchSpace):
     def verdict_key(self, genome: Genome, problem: Problem) -> str:
         cfg = self.config(genome, problem)
         # Raster order and swizzle never reach the TS skeleton (the epilogue does: its SMEM).
-        ts_genes = {name: gene(genome, name) if name in ADDED_GENES else genome[name]
-                    for name in _space.TS_KEY_GENES}
+        ts_genes = {name: gene(genome, name) for name in _space.TS_KEY_GENES}
         return repr((cfg.load_ops, cfg.mma_ops, sorted(ts_genes.items())))
 
     # -- build -----------------------------------------------------------------------

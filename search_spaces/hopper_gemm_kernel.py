@@ -64,7 +64,7 @@ the tail ops after it (delayed release, the final ``wait_group(0)``).
 # No `from __future__ import annotations`: the DSL reads dataclass field
 # annotations (Constexpr or not) at trace time.
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -647,32 +647,25 @@ class OutD(MemoryResource):
         cfg = self.cfg
         d_ptr = self.args.mD.iterator.raw_ptr()
         out_dtype = IO_DTYPES[cfg.dtype]
-        groups = EPI_COLS // 8
         # Tiles past the problem (cluster or swizzle rounding) write nothing.
         tile_in = (cutlass.Int32(m_idx) < cfg.tiles_m) & (cutlass.Int32(n_idx) < cfg.tiles_n)
-        for rr in cutlass.range_constexpr(cfg.m_repeats):
-            for g in cutlass.range_constexpr(groups):
-                for r2 in cutlass.range_constexpr(2):
-                    i = ((rr * groups + g) * 2 + r2) * 2
-                    row, col = tCcC[((0, r2, subtile * groups + g), rr, 0)]
-                    pair = cutlass.Vector.from_elements([frag[i], frag[i + 1]], ACC_DTYPE)
-                    dst = d_ptr + (cutlass.Int64(m0 + row) * cfg.n + cutlass.Int64(n0 + col))
-                    if cutlass.const_expr(cfg.ragged):
-                        # A pair is wholly in or out: N % 8 == 0 and col is even.
-                        if (m0 + row < cfg.m) & (n0 + col < cfg.n):
-                            dst.store(pair.to(out_dtype), alignment=4)
-                    elif cutlass.const_expr(cfg.overhang):
-                        if tile_in:
-                            dst.store(pair.to(out_dtype), alignment=4)
-                    else:
-                        dst.store(pair.to(out_dtype), alignment=4)
+        for _, row, col, pair in _fragment_pairs(cfg, frag, tCcC, subtile):
+            dst = d_ptr + (cutlass.Int64(m0 + row) * cfg.n + cutlass.Int64(n0 + col))
+            if cutlass.const_expr(cfg.ragged):
+                # A pair is wholly in or out: N % 8 == 0 and col is even.
+                if (m0 + row < cfg.m) & (n0 + col < cfg.n):
+                    dst.store(pair.to(out_dtype), alignment=4)
+            elif cutlass.const_expr(cfg.overhang):
+                if tile_in:
+                    dst.store(pair.to(out_dtype), alignment=4)
+            else:
+                dst.store(pair.to(out_dtype), alignment=4)
 
     @cute.jit
     def _store_tma(self, stage_info: StageInfo, frag: Any, subtile: cutlass.Constexpr[int],
                    tCcC: Any, m0: Any, n0: Any) -> None:
         cfg = self.cfg
         out_dtype = IO_DTYPES[cfg.dtype]
-        groups = EPI_COLS // 8
         tidx, _, _ = cute.arch.thread_idx()
         leader = tidx % 128 == 0
         barrier = EPI_BARRIER + self.wg
@@ -681,15 +674,10 @@ class OutD(MemoryResource):
         if leader:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
-        for rr in cutlass.range_constexpr(cfg.m_repeats):
-            for g in cutlass.range_constexpr(groups):
-                for r2 in cutlass.range_constexpr(2):
-                    i = ((rr * groups + g) * 2 + r2) * 2
-                    row, col = tCcC[((0, r2, subtile * groups + g), rr, 0)]
-                    pair = cutlass.Vector.from_elements([frag[i], frag[i + 1]], ACC_DTYPE)
-                    out = pair.to(out_dtype)
-                    sD[(row % 64, col % EPI_COLS, rr)] = out[0]
-                    sD[(row % 64, col % EPI_COLS + 1, rr)] = out[1]
+        for rr, row, col, pair in _fragment_pairs(cfg, frag, tCcC, subtile):
+            out = pair.to(out_dtype)
+            sD[(row % 64, col % EPI_COLS, rr)] = out[0]
+            sD[(row % 64, col % EPI_COLS + 1, rr)] = out[1]
         cute.arch.fence_proxy("async.shared", space="cta")
         cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
         if leader:
@@ -708,6 +696,19 @@ class OutD(MemoryResource):
             if cutlass.const_expr(subtile == cfg.epi_subtiles - 1):
                 # The CTA may exit after its last tile: SMEM must outlive the TMA's reads.
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+
+def _fragment_pairs(cfg: Any, frag: Any, tCcC: Any, subtile: int) -> Iterator[tuple]:
+    """(m64 repeat, row, col, two fp32 values) of each column pair this thread holds in a
+    subtile's fragment (``Accumulator.read_acc``'s order), unrolled at trace time."""
+    groups = EPI_COLS // 8
+    for rr in range(cfg.m_repeats):
+        for g in range(groups):
+            for r2 in range(2):
+                i = ((rr * groups + g) * 2 + r2) * 2
+                row, col = tCcC[((0, r2, subtile * groups + g), rr, 0)]
+                yield rr, row, col, cutlass.Vector.from_elements([frag[i], frag[i + 1]],
+                                                                 ACC_DTYPE)
 
 
 @cute.jit

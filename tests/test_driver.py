@@ -489,32 +489,16 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_ray_tasks_build_and_a_dying_worker_is_replaced_and_retried_once(
         ray_cluster: Path, tmp_path: Path, space, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     import search_spaces
-    from tests.crashing_space import attempts
+    from tests.crashing_space import GRID_KNOBS, check_the_grid_outcome
 
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
     # The driver (here) and the Ray workers load the crashing variant of the copy space.
     monkeypatch.setitem(search_spaces.SPACES, "copy", "tests.crashing_space:CrashingCopySpace")
-    knobs = (*NARROW, "stages=2,3,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",
-             "advance_on_wait=false", "raster=row", "ctas_per_sm=1")
+    knobs = (*NARROW, *GRID_KNOBS)
     driver = Driver(request(tmp_path, url, sampler="grid", trials=3, knobs=knobs, workers=2),
                     quiet())
     assert driver.run() == 0
-    with Store(url) as store:
-        candidates = {c.genome["stages"]: c for c in store.candidates(driver.name)
-                      if c.origin != "seed"}
-    assert set(candidates) == {2, 3, 4}
-    # stages=2 died once and was built by the retry; stages=3 died twice: a failed build.
-    assert attempts(ray_cluster, candidates[2].genome) == 2 and candidates[2].build.ok  # type: ignore[union-attr]
-    assert attempts(ray_cluster, candidates[4].genome) == 1 and candidates[4].build.ok  # type: ignore[union-attr]
-    failed = candidates[3]
-    assert attempts(ray_cluster, failed.genome) == 2
-    assert failed.verdict is not None and failed.verdict.valid
-    assert failed.build is not None and not failed.build.ok
-    assert "worker failed twice" in (failed.build.error or "")
-    trial = next(t for t in optuna_trials(url, driver.name)
-                 if t.number == failed.trial_number)
-    assert trial.state == TrialState.FAIL
-    assert "worker failed twice" in trial.user_attrs["build_error"]
+    check_the_grid_outcome(url, driver.name, ray_cluster, optuna_trials(url, driver.name))
     assert driver.stats.worker_failures == 1
 
 

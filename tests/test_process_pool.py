@@ -190,7 +190,7 @@ def test_a_candidate_whose_retry_dies_too_fails_and_spares_its_neighbour(
 def test_the_driver_records_a_worker_that_died_twice_as_a_failed_build(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import search_spaces
-    from tests.crashing_space import attempts
+    from tests.crashing_space import GRID_KNOBS, check_the_grid_outcome
 
     # The crashing variant of the copy space (tests/crashing_space.py): its build kills its
     # own process for stages=2 (first attempt only) and stages=3 (every attempt).
@@ -199,27 +199,13 @@ def test_the_driver_records_a_worker_that_died_twice_as_a_failed_build(
     monkeypatch.setenv("TSOPT_TEST_CRASH_DIR", str(crash_dir))  # spawned workers inherit it
     monkeypatch.setitem(search_spaces.SPACES, "copy", "tests.crashing_space:CrashingCopySpace")
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
-    knobs = (*NARROW, "stages=2,3,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",
-             "advance_on_wait=false", "raster=row", "ctas_per_sm=1")
+    knobs = (*NARROW, *GRID_KNOBS)
     console = quiet()
     driver = Driver(request(tmp_path, url, sampler="grid", trials=3, knobs=knobs, workers=2,
                             pool="processes"), console)
     assert driver.run() == 0
     assert "workers: 2 build processes on this machine" in console.file.getvalue()  # type: ignore[attr-defined]
-    with Store(url) as store:
-        candidates = {c.genome["stages"]: c for c in store.candidates(driver.name)
-                      if c.origin != "seed"}
-    assert set(candidates) == {2, 3, 4}
-    assert attempts(crash_dir, candidates[2].genome) == 2 and candidates[2].build.ok  # type: ignore[union-attr]
-    assert attempts(crash_dir, candidates[4].genome) == 1 and candidates[4].build.ok  # type: ignore[union-attr]
-    failed = candidates[3]
-    assert attempts(crash_dir, failed.genome) == 2
-    assert failed.verdict is not None and failed.verdict.valid
-    assert failed.build is not None and not failed.build.ok
-    assert "worker failed twice" in (failed.build.error or "")
-    trial = next(t for t in optuna_trials(url, driver.name) if t.number == failed.trial_number)
-    assert trial.state == TrialState.FAIL
-    assert "worker failed twice" in trial.user_attrs["build_error"]
+    check_the_grid_outcome(url, driver.name, crash_dir, optuna_trials(url, driver.name))
     assert driver.stats.worker_failures == 1
 
 
