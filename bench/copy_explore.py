@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import optuna  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from db.store import Store  # noqa: E402
-from tsopt.driver import Driver  # noqa: E402
-from tsopt.problem import Problem  # noqa: E402
-from tsopt.tune import TuneRequest  # noqa: E402
+from tsopt.core.problem import Problem  # noqa: E402
+from tsopt.db.store import Store  # noqa: E402
+from tsopt.search.driver import Driver  # noqa: E402
+from tsopt.search.tune import TuneRequest  # noqa: E402
 
 ROUND = 40  # trials per driver run between checks of the study's build count
 

@@ -25,13 +25,13 @@ from pathlib import Path
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from search_spaces import get_space  # noqa: E402
-from search_spaces.copy_tma import STORE_OPS  # noqa: E402
-from tsopt.builder import build_candidate  # noqa: E402
-from tsopt.bundle import BundleEntry, write_bundle  # noqa: E402
-from tsopt.genome import Genome  # noqa: E402
-from tsopt.problem import Problem  # noqa: E402
-from tsopt.verifier import verify_genome  # noqa: E402
+from tsopt.build.builder import build_candidate  # noqa: E402
+from tsopt.core.bundle import BundleEntry, write_bundle  # noqa: E402
+from tsopt.core.genome import Genome  # noqa: E402
+from tsopt.core.problem import Problem  # noqa: E402
+from tsopt.core.registry import get_space  # noqa: E402
+from tsopt.search_spaces.copy.space import STORE_OPS  # noqa: E402
+from tsopt.verify.verifier import verify_genome  # noqa: E402
 
 
 def planted(space, name: str) -> Genome:  # type: ignore[no-untyped-def]

@@ -19,12 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.progress import track  # noqa: E402
 
-from db.store import Store  # noqa: E402
-from search_spaces import get_space  # noqa: E402
-from tsopt.bundle import BundleEntry, write_bundle  # noqa: E402
-from tsopt.genome import Genome  # noqa: E402
-from tsopt.pipeline import CandidatePipeline  # noqa: E402
-from tsopt.problem import Problem  # noqa: E402
+from tsopt.core.bundle import BundleEntry, write_bundle  # noqa: E402
+from tsopt.core.genome import Genome  # noqa: E402
+from tsopt.core.problem import Problem  # noqa: E402
+from tsopt.core.registry import get_space  # noqa: E402
+from tsopt.db.store import Store  # noqa: E402
+from tsopt.search.pipeline import CandidatePipeline  # noqa: E402
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tsopt.genome import Genome  # noqa: E402
+from tsopt.core.genome import Genome  # noqa: E402
 
 
 def describe(genome: Genome) -> str:

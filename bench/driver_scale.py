@@ -80,7 +80,7 @@ def restriction(space: Any, problem: Any) -> dict[str, tuple[Any, ...]] | None:
     names = {k.name for k in space.knobs(problem)}
     if space.name != "gemm" or "load.body" not in names:
         return None
-    from search_spaces._gemm_space import SEED_PLACEMENT
+    from tsopt.search_spaces.gemm.layout import SEED_PLACEMENT
 
     return {k: (v,) for k, v in SEED_PLACEMENT.items() if k in names}
 
@@ -90,7 +90,7 @@ def sample(space: Any, problem: Any, n: int, seed: int,
     """``n`` distinct genomes from a seeded random sampler over the space's knobs."""
     import optuna
 
-    from tsopt.samplers import KnobView
+    from tsopt.search.samplers import KnobView
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     view = KnobView.of(space, problem, "random", restrict)
@@ -109,7 +109,7 @@ def sample(space: Any, problem: Any, n: int, seed: int,
 def verdicts(space: Any, problem: Any, genomes: list[Any]) -> dict[str, Any]:
     """Judge every genome with the verdict cache a study starts with (empty, shared over the
     run), then again with the cache full. Wall and CPU seconds per verdict."""
-    from tsopt.verifier import VerdictCache, verify_genome
+    from tsopt.verify.verifier import VerdictCache, verify_genome
 
     space.knobs(problem)  # the space's one-time screening, not a verdict's cost
     wall: list[float] = []
@@ -150,8 +150,8 @@ def verdicts(space: Any, problem: Any, genomes: list[Any]) -> dict[str, Any]:
 
 def ray_builds(space_name: str, problem: Any, genomes: list[Any], warmups: list[Any],
                workers: int, scratch: Path) -> dict[str, Any]:
-    from tsopt.pipeline import EvaluateRequest, Evaluation, space_target
-    from workers.ray_workers import RayBuildPool, start_ray, stop_ray
+    from tsopt.search.pipeline import EvaluateRequest, Evaluation, space_target
+    from tsopt.search.pools.ray_pool import RayBuildPool, start_ray, stop_ray
 
     cache = scratch / f"artifacts-{space_name}-{workers}"
     dsl_cache = scratch / f"dsl-cache-{space_name}-{workers}"
@@ -206,10 +206,10 @@ def ray_builds(space_name: str, problem: Any, genomes: list[Any], warmups: list[
 
 
 def process_start(space_name: str, repeats: int = 3) -> dict[str, Any]:
-    module = {"copy": "search_spaces.copy_tma", "gemm": "search_spaces.hopper_gemm"}[space_name]
+    module = {"copy": "tsopt.search_spaces.copy.space", "gemm": "tsopt.search_spaces.gemm.space"}[space_name]
     env = dict(os.environ, PYTHONPATH=str(ROOT), CUTE_DSL_ARCH=ARCH)
-    code = ("from tsopt.dsl_env import ensure_arch; ensure_arch('sm_90a'); "
-            f"import {module}, cutlass.cute, tsopt.builder, tsopt.pipeline")
+    code = ("from tsopt.core.dsl_env import ensure_arch; ensure_arch('sm_90a'); "
+            f"import {module}, cutlass.cute, tsopt.build.builder, tsopt.search.pipeline")
     bare, full = [], []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -223,10 +223,10 @@ def process_start(space_name: str, repeats: int = 3) -> dict[str, Any]:
 
 def trace_only(space_name: str, problem_spec: str, genomes_file: str) -> None:
     """(In a child with CUTE_DSL_DRYRUN=1.) Time IR generation of each genome; print JSON."""
-    from search_spaces import get_space
-    from tsopt.builder import _compile
-    from tsopt.genome import Genome
-    from tsopt.verifier import parse_problem_spec
+    from tsopt.build.builder import _compile
+    from tsopt.core.genome import Genome
+    from tsopt.core.registry import get_space
+    from tsopt.verify.verifier import parse_problem_spec
 
     space = get_space(space_name)
     problem = parse_problem_spec(problem_spec, space_name)
@@ -365,8 +365,8 @@ def main() -> None:
         trace_only(*args.trace_only)
         return
 
-    from search_spaces import get_space
-    from tsopt.verifier import parse_problem_spec
+    from tsopt.core.registry import get_space
+    from tsopt.verify.verifier import parse_problem_spec
 
     gpu_seconds = {k: float(v) for k, _, v in (g.partition("=") for g in args.gpu_seconds)}
     command = "python bench/driver_scale.py " + " ".join(
@@ -394,7 +394,7 @@ def main() -> None:
             extra = [g for g in sample(space, problem, 4 * count, args.seed + 1, restrict)
                      if g.hash not in {v.hash for v in valid}]
             if len(valid) < args.builds + 2:  # top up with more valid genomes for the builds
-                from tsopt.verifier import VerdictCache, verify_genome
+                from tsopt.verify.verifier import VerdictCache, verify_genome
 
                 cache = VerdictCache()
                 for g in extra:

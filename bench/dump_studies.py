@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from db.store import Store  # noqa: E402
+from tsopt.db.store import Store  # noqa: E402
 
 
 def main() -> int:

@@ -5,11 +5,11 @@ machine has torch and no DSL:
 
 ``build PLAN`` (CPU)
     verify every candidate of the plan with the TS verifier and tsopt's checks,
-    compile the valid ones for sm_90a (``tsopt.builder``), and write
+    compile the valid ones for sm_90a (``tsopt.build.builder``), and write
     ``carry/gemm/PLAN/plan.json`` next to the artifacts.
 ``run PLAN`` (GPU)
     check every artifact against torch on random inputs and time it against
-    cuBLAS (``torch.matmul``) (``workers.runner`` via the watchdog), write the
+    cuBLAS (``torch.matmul``) (``tsopt.workers.runner`` via the watchdog), write the
     raw measurements to ``$OUT/gemm-PLAN.json`` (or ``--out``) and print a table.
 ``headline PLAN LABEL...`` (GPU)
     the same artifacts, A/B against cuBLAS in one process: rounds that alternate
@@ -256,10 +256,10 @@ PLANS = {"first": _first, "sweep": _sweep, "final": _final, "epilogue": _epilogu
 
 def _build_one(job: tuple[str, tuple[int, int, int], str, dict[str, Any], str]) -> dict[str, Any]:
     label, (m, n, k), dtype, knobs, cache_dir = job
-    from search_spaces import get_space
-    from tsopt.builder import build_candidate
-    from tsopt.problem import Problem
-    from tsopt.verifier import verify_genome
+    from tsopt.build.builder import build_candidate
+    from tsopt.core.problem import Problem
+    from tsopt.core.registry import get_space
+    from tsopt.verify.verifier import verify_genome
 
     space = get_space("gemm")
     problem = Problem.of("gemm", dtype, m=m, n=n, k=k)
@@ -328,7 +328,7 @@ def build(plan: str, jobs: int) -> int:
 
 
 def run(plan: str, out: Path, runs: int, warmup: int, only: Sequence[str]) -> int:
-    from workers.watchdog import measure_artifacts
+    from tsopt.workers.watchdog import measure_artifacts
 
     doc = json.loads((CARRY / plan / "plan.json").read_text())
     rows = [r for r in doc["rows"] if "artifact" in r
@@ -406,7 +406,7 @@ def _ab_rounds(kernel: Any, sets: list[tuple], rounds: int, per_round: int) -> l
 def headline(plan: str, labels: Sequence[str], out: Path, rounds: int, per_round: int) -> int:
     import torch
 
-    from tsopt.loader import load_kernel
+    from tsopt.workers.loader import load_kernel
 
     doc = json.loads((CARRY / plan / "plan.json").read_text())
     by_label = {r["label"]: r for r in doc["rows"] if "artifact" in r}

@@ -14,10 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from db.store import Store  # noqa: E402
-from tsopt.genome import Genome  # noqa: E402
-from tsopt.problem import Problem  # noqa: E402
-from tsopt.records import BuildResult, Measurement, Verdict  # noqa: E402
+from tsopt.core.genome import Genome  # noqa: E402
+from tsopt.core.problem import Problem  # noqa: E402
+from tsopt.core.records import BuildResult, Measurement, Verdict  # noqa: E402
+from tsopt.db.store import Store  # noqa: E402
 
 
 def main() -> int:

@@ -114,8 +114,8 @@ def load_table(path: Path) -> dict[str, Any]:
 
 
 def _space_and_problem(space_name: str, problem_spec: str) -> tuple[Any, Any]:
-    from search_spaces import get_space
-    from tsopt.verifier import parse_problem_spec
+    from tsopt.core.registry import get_space
+    from tsopt.verify.verifier import parse_problem_spec
 
     return get_space(space_name), parse_problem_spec(problem_spec, space_name)
 
@@ -128,8 +128,8 @@ def table_from_study(db_url: str, study: str) -> dict[str, Any]:
     else from ``SearchSpace.params_of``; the best correct median, or None."""
     import optuna
 
-    from db.store import Store
-    from tsopt.samplers import KnobView
+    from tsopt.db.store import Store
+    from tsopt.search.samplers import KnobView
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with Store(db_url) as store:
@@ -184,8 +184,8 @@ def synthetic_table(space_name: str, problem_spec: str, n: int, seed: int,
 
     import optuna
 
-    from tsopt.samplers import KnobView, parse_restrictions
-    from tsopt.verifier import VerdictCache, verify_genome
+    from tsopt.search.samplers import KnobView, parse_restrictions
+    from tsopt.verify.verifier import VerdictCache, verify_genome
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space, problem = _space_and_problem(space_name, problem_spec)
@@ -268,8 +268,8 @@ def replay_one(space: Any, problem: Any, lookup: Lookup, sampler: str, seed: int
     import optuna
     from optuna.trial import TrialState
 
-    from tsopt.samplers import KnobView, make_sampler
-    from tsopt.verifier import verify_genome
+    from tsopt.search.samplers import KnobView, make_sampler
+    from tsopt.verify.verifier import verify_genome
 
     view = KnobView.of(space, problem, sampler, restrict)
     study = optuna.create_study(sampler=make_sampler(sampler, seed, view))
@@ -321,8 +321,8 @@ def _replay_job(table: dict[str, Any], sampler: str, seed: int, target: float, b
     """One (sampler, seed) replay in a worker process."""
     import optuna
 
-    from tsopt.samplers import KnobView, parse_restrictions
-    from tsopt.verifier import VerdictCache
+    from tsopt.search.samplers import KnobView, parse_restrictions
+    from tsopt.verify.verifier import VerdictCache
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space, problem = _space_and_problem(table["space"], table["problem"])
@@ -339,8 +339,8 @@ def replay(table: dict[str, Any], samplers: list[str], seeds: int, budget: int, 
            match: str, verify: bool = True, jobs: int = 1) -> dict[str, Any]:
     import optuna
 
-    from tsopt.samplers import KnobView, parse_restrictions
-    from tsopt.verifier import VerdictCache
+    from tsopt.search.samplers import KnobView, parse_restrictions
+    from tsopt.verify.verifier import VerdictCache
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows: list[Row] = table["rows"]
@@ -496,8 +496,8 @@ class Measured:
 
 
 def _open(source: StudySource, stores: dict[str, Any]) -> Any:
-    from db.engine import parse_url, sqlite_path
-    from db.store import Store
+    from tsopt.db.engine import parse_url, sqlite_path
+    from tsopt.db.store import Store
 
     if source.url not in stores:
         path = sqlite_path(parse_url(source.url))
@@ -637,7 +637,7 @@ def studies(reference: str, runs: list[str], within: float = 0.02, shuffles: int
     ``reference``: ``URL:STUDY`` of the long random study that sets the target (its best correct
     median x (1 + ``within``)); ``runs``: ``LABEL=URL:STUDY`` each. Raises ValueError naming a
     bad argument."""
-    from db.engine import display_url, parse_url
+    from tsopt.db.engine import display_url, parse_url
 
     ref_source = parse_source(reference, "--reference", labelled=False)
     run_sources = [parse_source(r, "--run", labelled=True) for r in runs]

@@ -65,10 +65,10 @@ def near_best(sources: list[str], cut: float) -> tuple[list[dict[str, Any]], flo
 
 def _build_one(job: tuple[dict[str, Any], str]) -> dict[str, Any]:
     row, cache_dir = job
-    from search_spaces import get_space
-    from tsopt.builder import build_candidate
-    from tsopt.genome import Genome
-    from tsopt.problem import Problem
+    from tsopt.build.builder import build_candidate
+    from tsopt.core.genome import Genome
+    from tsopt.core.problem import Problem
+    from tsopt.core.registry import get_space
 
     space = get_space("gemm")
     problem = Problem.from_dict(row["problem"])

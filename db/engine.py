@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
-from tsopt.errors import UserInputError
+from tsopt.core.errors import UserInputError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 BEGIN_OPTION = "tsopt_sqlite_begin"

@@ -21,8 +21,8 @@ from alembic.util.exc import CommandError
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 
-from db.engine import display_url, write_engine
-from tsopt.errors import UserInputError
+from tsopt.core.errors import UserInputError
+from tsopt.db.engine import display_url, write_engine
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "tsopt_alembic_version"

@@ -13,8 +13,11 @@ from datetime import UTC, datetime
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
 
-from db.models import BuildRow, CandidateRow, MeasurementRow, StudyRow, VerdictRow
-from db.views import (
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem
+from tsopt.core.records import BuildResult, Measurement, Verdict
+from tsopt.db.models import BuildRow, CandidateRow, MeasurementRow, StudyRow, VerdictRow
+from tsopt.db.views import (
     FUNNEL_STAGES,
     CandidateInfo,
     RankedCandidate,
@@ -22,9 +25,6 @@ from db.views import (
     Rejection,
     StudyInfo,
 )
-from tsopt.genome import Genome
-from tsopt.problem import Problem
-from tsopt.records import BuildResult, Measurement, Verdict
 
 STAGE_ORDER: tuple[str, ...] = ("dataflow", "ts", "tsopt", "build", "measure")
 
@@ -116,7 +116,7 @@ def measurement_record(row: MeasurementRow, genome_hash: str, problem_key: str) 
 
 
 def funnel(session: Session, study: StudyRow) -> dict[str, int]:
-    """Candidates that passed each gate; see :data:`db.views.FUNNEL_STAGES`."""
+    """Candidates that passed each gate; see :data:`tsopt.db.views.FUNNEL_STAGES`."""
     stage = VerdictRow.stage
 
     def count_if(condition: ColumnElement[bool]) -> ColumnElement[int]:

@@ -2,7 +2,7 @@
 
 ``Store(url)`` opens (and creates or migrates) the database; every method
 runs in its own short transaction (or in the caller's ``with store.batch():``)
-and returns plain data (``tsopt.records`` and ``db.views``), never ORM
+and returns plain data (``tsopt.core.records`` and ``tsopt.db.views``), never ORM
 objects. Writes are idempotent where a caller may repeat them (a candidate
 proposed twice, a bundle ingested twice) and never overwrite a recorded
 result (the one exception: a cached build failure gives way to a later
@@ -22,10 +22,14 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import queries
-from db.engine import display_url, is_sqlite_memory, open_engine, parse_url, write_engine
-from db.migrate import upgrade
-from db.models import (
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem
+from tsopt.core.records import MEASURE_STATUSES, BuildResult, Measurement, Verdict
+from tsopt.db import queries
+from tsopt.db.engine import display_url, is_sqlite_memory, open_engine, parse_url, write_engine
+from tsopt.db.migrate import upgrade
+from tsopt.db.models import (
     BUILD_STATUSES,
     ORIGINS,
     STUDY_STATUSES,
@@ -37,11 +41,7 @@ from db.models import (
     VerdictRow,
     utcnow,
 )
-from db.views import CandidateInfo, RankedCandidate, Rejection, StudyInfo
-from tsopt.errors import UserInputError
-from tsopt.genome import Genome
-from tsopt.problem import Problem
-from tsopt.records import MEASURE_STATUSES, BuildResult, Measurement, Verdict
+from tsopt.db.views import CandidateInfo, RankedCandidate, Rejection, StudyInfo
 
 if TYPE_CHECKING:
     import optuna
@@ -429,7 +429,7 @@ class Store:
             return queries.funnel(session, self._study_row(session, study))
 
     def rejections(self, study: str) -> list[Rejection]:
-        """(stage, rule, count, example message) per reason; see :func:`db.queries.rejections`."""
+        """(stage, rule, count, example message) per reason; see :func:`tsopt.db.queries.rejections`."""
         with self._reading() as session:
             return queries.rejections(session, self._study_row(session, study))
 

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from tsopt.genome import Genome
-from tsopt.problem import Problem
-from tsopt.records import BuildResult, Measurement, Verdict
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem
+from tsopt.core.records import BuildResult, Measurement, Verdict
 
 FUNNEL_STAGES: tuple[str, ...] = (
     "proposed", "dataflow_legal", "ts_valid", "tsopt_checked", "built", "correct", "timed",
 )
-"""The keys of :meth:`db.store.Store.funnel`, in order."""
+"""The keys of :meth:`tsopt.db.store.Store.funnel`, in order."""
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ import importlib.util
 
 from rich.console import Console
 
-from db.engine import display_url, parse_url
-from reports.existing import open_existing
-from tsopt.errors import UserInputError
+from tsopt.core.errors import UserInputError
+from tsopt.db.engine import display_url, parse_url
+from tsopt.reports.existing import open_existing
 
 
 def dashboard_command(db_url: str, port: int, console: Console) -> int:

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from db.store import Store
-from db.views import CandidateInfo, RankedCandidate, StudyInfo
-from reports.importance import METHOD, MIN_TIMED, importance
-from reports.schedule import schedule_view
-from tsopt.errors import UserInputError
-from tsopt.genome import Genome
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome
+from tsopt.db.store import Store
+from tsopt.db.views import CandidateInfo, RankedCandidate, StudyInfo
+from tsopt.reports.importance import METHOD, MIN_TIMED, importance
+from tsopt.reports.schedule import schedule_view
 
 TOP_ROWS = 100
 """Rows of the top-candidates table (the fastest correct candidates)."""

@@ -7,9 +7,9 @@ commands refuse a file that does not exist instead.
 
 from __future__ import annotations
 
-from db.engine import display_url, parse_url, sqlite_path
-from db.store import Store
-from tsopt.errors import UserInputError
+from tsopt.core.errors import UserInputError
+from tsopt.db.engine import display_url, parse_url, sqlite_path
+from tsopt.db.store import Store
 
 
 def open_existing(db_url: str) -> Store:

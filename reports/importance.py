@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tsopt.genome import GeneValue, Genome
+from tsopt.core.genome import GeneValue, Genome
 
 METHOD = (
     "Variance of log(best median time) explained by each gene alone (eta\u00b2, one-way ANOVA "

@@ -38,7 +38,7 @@ def _script_json(document: Any) -> str:
 
 
 def render_html(document: dict[str, Any]) -> str:
-    """The whole page for a report document (see :func:`reports.data.report_document`)."""
+    """The whole page for a report document (see :func:`tsopt.reports.data.report_document`)."""
     parts = {
         "TITLE": html.escape(str(document["title"])),
         "STYLE": _asset("report.css"),

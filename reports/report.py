@@ -11,12 +11,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from db.engine import display_url, parse_url
-from db.store import Store
-from reports.data import report_document
-from reports.existing import open_existing
-from reports.render import render_html
-from tsopt.errors import UserInputError
+from tsopt.core.errors import UserInputError
+from tsopt.db.engine import display_url, parse_url
+from tsopt.db.store import Store
+from tsopt.reports.data import report_document
+from tsopt.reports.existing import open_existing
+from tsopt.reports.render import render_html
 
 
 def _study_names(study: str | None, compare: Sequence[str]) -> list[str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
-from tsopt.genome import Genome, Section
+from tsopt.core.genome import Genome, Section
 
 OpKind = Literal["acquire", "commit", "wait", "release", "work"]
 
@@ -125,7 +125,7 @@ ScheduleHook = Callable[[Genome], list[TaskView]]
 @cache
 def _space_hook(space: str) -> tuple[ScheduleHook | None, str]:
     """The space's ``schedule_view`` hook, or None and why not."""
-    from search_spaces import get_space
+    from tsopt.core.registry import get_space
 
     try:
         instance = get_space(space)

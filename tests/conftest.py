@@ -2,5 +2,5 @@
 
 import os
 
-# Without a GPU to detect, the DSL needs its target before its first import (tsopt.dsl_env).
+# Without a GPU to detect, the DSL needs its target before its first import (tsopt.core.dsl_env).
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")

@@ -18,10 +18,10 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from db.store import Store
-from search_spaces.copy_tma import CopySpace
-from tsopt.genome import Genome
-from tsopt.problem import Problem
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem
+from tsopt.db.store import Store
+from tsopt.search_spaces.copy.space import CopySpace
 
 GRID_KNOBS = ("stages=2,3,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",
               "advance_on_wait=false", "raster=row", "ctas_per_sm=1")

@@ -13,10 +13,10 @@ import random
 from functools import cache
 from itertools import product
 
-from db.store import Store
-from tsopt.genome import Genome, Section
-from tsopt.problem import Problem
-from tsopt.records import BuildResult, Measurement, Verdict
+from tsopt.core.genome import Genome, Section
+from tsopt.core.problem import Problem
+from tsopt.core.records import BuildResult, Measurement, Verdict
+from tsopt.db.store import Store
 
 PROBLEM = Problem.of("copy", "fp16", rows=4096, cols=4096)
 SPACE = "synthetic-copy"  # not a registered space: the report draws from the genome alone

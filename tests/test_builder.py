@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from search_spaces import get_space
-from tsopt.artifact import ArtifactManifest
-from tsopt.builder import build_candidate, cubin_resources, find_toolchain
-from tsopt.problem import Problem
+from tsopt.build.builder import build_candidate, cubin_resources, find_toolchain
+from tsopt.core.artifact import ArtifactManifest
+from tsopt.core.problem import Problem
+from tsopt.core.registry import get_space
 
 PROBLEM = Problem.of("copy", "bf16", rows=1024, cols=2048)
 

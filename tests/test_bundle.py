@@ -21,8 +21,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.test_watchdog import use_simulated_runner
-from tsopt.artifact import ArtifactManifest, TensorDesc
-from tsopt.bundle import (
+from tsopt.cli import app
+from tsopt.core.artifact import ArtifactManifest, TensorDesc
+from tsopt.core.bundle import (
     MANIFEST_NAME,
     RESULTS_NAME,
     Baseline,
@@ -34,13 +35,12 @@ from tsopt.bundle import (
     write_bundle,
     write_results,
 )
-from tsopt.cli import app
-from tsopt.errors import UserInputError
-from tsopt.genome import Genome
-from tsopt.problem import Problem
-from tsopt.records import Measurement
-from workers import bundle_measure
-from workers.watchdog import Measurer, Probe
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem
+from tsopt.core.records import Measurement
+from tsopt.workers import bundle_measure
+from tsopt.workers.watchdog import Measurer, Probe
 
 PROBLEM = Problem.of("copy", "fp16", rows=256, cols=512)
 

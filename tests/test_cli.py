@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from search_spaces import get_space
-from tsopt.problem import Problem
+from tsopt.core.problem import Problem
+from tsopt.core.registry import get_space
 
 ROOT = Path(__file__).resolve().parents[1]
 

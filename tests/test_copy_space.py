@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-import search_spaces.copy_tma as copy_tma
-from db.store import Store
-from search_spaces import get_space
-from search_spaces.copy_tma import LOAD_OPS, STORE_OPS, config_of, placement_of
-from tsopt.funnel import Judge, exhaustive_funnel
-from tsopt.genome import Genome
-from tsopt.problem import Problem, ProblemError
-from tsopt.tune import CandidatePipeline
-from tsopt.verifier import VerdictCache, verify_genome
+import tsopt.search_spaces.copy.space as copy_tma
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem, ProblemError
+from tsopt.core.registry import get_space
+from tsopt.db.store import Store
+from tsopt.search.tune import CandidatePipeline
+from tsopt.search_spaces.copy.space import LOAD_OPS, STORE_OPS, config_of, placement_of
+from tsopt.verify.funnel import Judge, exhaustive_funnel
+from tsopt.verify.verifier import VerdictCache, verify_genome
 
 PROBLEM = Problem.of("copy", "fp16", rows=4096, cols=4096)
 

@@ -22,12 +22,12 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
-from db.migrate import VERSION_TABLE, head_revision, upgrade
-from db.store import Store
-from tsopt.errors import UserInputError
-from tsopt.genome import Genome, Section
-from tsopt.problem import Problem
-from tsopt.records import BuildResult, Measurement, Verdict
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome, Section
+from tsopt.core.problem import Problem
+from tsopt.core.records import BuildResult, Measurement, Verdict
+from tsopt.db.migrate import VERSION_TABLE, head_revision, upgrade
+from tsopt.db.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 TSOPT_TABLES = {
@@ -118,7 +118,7 @@ def test_migration_creates_every_table_and_reopening_is_a_no_op(db_url: str) -> 
         from alembic.autogenerate import compare_metadata
         from alembic.runtime.migration import MigrationContext
 
-        from db.models import Base
+        from tsopt.db.models import Base
 
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={
@@ -159,7 +159,7 @@ def test_processes_opening_a_fresh_file_at_once_all_migrate_cleanly(tmp_path: Pa
     url = f"sqlite:///{tmp_path / 'race.db'}"
     # Start together (after the imports) so that they race on creating the file and the tables.
     code = (
-        "import sys, time; from db.store import Store; start = float(sys.argv[1])\n"
+        "import sys, time; from tsopt.db.store import Store; start = float(sys.argv[1])\n"
         "while time.time() < start: pass\n"
         f"Store({url!r}).list_studies()"
     )

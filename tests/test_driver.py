@@ -30,16 +30,16 @@ import pytest
 from optuna.trial import TrialState
 from rich.console import Console
 
-from db.store import Store
-from search_spaces import get_space
 from tests.test_db import db_url  # noqa: F401  (the SQLite + PostgreSQL fixture)
-from tsopt.driver import Driver
-from tsopt.errors import UserInputError
-from tsopt.genome import Genome
-from tsopt.problem import Problem
-from tsopt.records import Measurement
-from tsopt.samplers import KnobView, make_sampler, parse_restrictions
-from tsopt.tune import TuneRequest
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem
+from tsopt.core.records import Measurement
+from tsopt.core.registry import get_space
+from tsopt.db.store import Store
+from tsopt.search.driver import Driver
+from tsopt.search.samplers import KnobView, make_sampler, parse_restrictions
+from tsopt.search.tune import TuneRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = Problem.of("copy", "fp16", rows=256, cols=512)
@@ -272,7 +272,7 @@ def test_measured_outcomes_are_told_and_ties_break_by_hash(tmp_path: Path, space
 
 def test_a_run_killed_after_recording_a_measurement_is_told_without_measuring_again(
         tmp_path: Path, space) -> None:  # type: ignore[no-untyped-def]
-    from tsopt.pipeline import EvaluateRequest, evaluate, space_target
+    from tsopt.search.pipeline import EvaluateRequest, evaluate, space_target
 
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
     knobs = (*NARROW, "stages=2,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",
@@ -476,7 +476,7 @@ def test_ctrl_c_stops_at_a_trial_boundary_marks_the_study_interrupted_and_resume
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A real local Ray cluster of 2 CPUs for the module; yields the crash-marker folder."""
-    from workers.ray_workers import start_ray, stop_ray
+    from tsopt.search.pools.ray_pool import start_ray, stop_ray
 
     crash_dir = tmp_path_factory.mktemp("crash")
     cluster = start_ray(None, 2, "sm_90a", env={"TSOPT_TEST_CRASH_DIR": str(crash_dir)})
@@ -488,12 +488,12 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def test_ray_tasks_build_and_a_dying_worker_is_replaced_and_retried_once(
         ray_cluster: Path, tmp_path: Path, space, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    import search_spaces
     from tests.crashing_space import GRID_KNOBS, check_the_grid_outcome
+    from tsopt.core import registry
 
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
     # The driver (here) and the Ray workers load the crashing variant of the copy space.
-    monkeypatch.setitem(search_spaces.SPACES, "copy", "tests.crashing_space:CrashingCopySpace")
+    monkeypatch.setitem(registry.SPACES, "copy", registry.SpaceEntry("copy", "tests.crashing_space:CrashingCopySpace", "copy", ""))
     knobs = (*NARROW, *GRID_KNOBS)
     driver = Driver(request(tmp_path, url, sampler="grid", trials=3, knobs=knobs, workers=2),
                     quiet())
@@ -503,15 +503,15 @@ def test_ray_tasks_build_and_a_dying_worker_is_replaced_and_retried_once(
 
 
 def test_ray_pool_evaluates_in_worker_processes(ray_cluster: Path, tmp_path: Path, space) -> None:  # type: ignore[no-untyped-def]
-    from tsopt.pipeline import EvaluateRequest, Evaluation
-    from workers.ray_workers import RayBuildPool
+    from tsopt.search.pipeline import EvaluateRequest, Evaluation
+    from tsopt.search.pools.ray_pool import RayBuildPool
 
     pool = RayBuildPool(2)
     genomes = [space.genome(stages=s, box_rows=8, box_cols=256, chunk=1) for s in (2, 4)]
     bad = space.genome(load=(("coords", "try_acquire", "acquire", "commit", "tma_load"), 0,
                              "none"))
     for g in (*genomes, bad):
-        pool.submit(g.hash, EvaluateRequest("search_spaces.copy_tma:CopySpace", g.to_json(),
+        pool.submit(g.hash, EvaluateRequest("tsopt.search_spaces.copy.space:CopySpace", g.to_json(),
                                             PROBLEM.to_dict(), "sm_90a",
                                             str(tmp_path / "artifacts")))
     results: dict[str, Evaluation | str] = {}
@@ -531,7 +531,7 @@ def test_ray_pool_evaluates_in_worker_processes(ray_cluster: Path, tmp_path: Pat
 
 def test_a_measuring_actor_that_cannot_measure_sends_the_rest_to_the_bundle(
         ray_cluster: Path, tmp_path: Path) -> None:
-    from workers.ray_workers import RayMeasurePool
+    from tsopt.search.pools.ray_pool import RayMeasurePool
 
     # A real MeasureActor, placed on a CPU (no GPU here): its runner cannot time the baseline,
     # the actor says so, and the driver stops measuring and bundles every built candidate.

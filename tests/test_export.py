@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from db.store import Store
-from search_spaces import get_space
-from tsopt.errors import UserInputError
-from tsopt.export import export_candidate
-from tsopt.genome import Genome
-from tsopt.pipeline import CandidatePipeline
-from tsopt.problem import Problem
-from tsopt.records import Measurement
+from tsopt.app.export import export_candidate
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem
+from tsopt.core.records import Measurement
+from tsopt.core.registry import get_space
+from tsopt.db.store import Store
+from tsopt.search.pipeline import CandidatePipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "bench" / "copy_h200" / "copy-4096-fenced"
@@ -69,7 +69,7 @@ def test_export_writes_a_complete_directory(store_with_winner: tuple[Store, Path
     for name, digest in manifest["files"].items():
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest, name
     # The loader travels as the very file tsopt uses (torch + standard library only).
-    assert (out / "loader.py").read_text() == (ROOT / "tsopt" / "loader.py").read_text()
+    assert (out / "loader.py").read_text() == (ROOT / "workers" / "loader.py").read_text()
     source = (out / "kernel.py").read_text()
     assert "import tsopt" not in source and "from search_spaces" not in source
     assert "def store_body(res, domain):" in source
@@ -85,7 +85,7 @@ def test_exported_kernel_py_recompiles_to_the_exported_cubin(store_with_winner: 
 
 
 def test_the_c_example_builds_against_the_exported_object(store_with_winner: tuple[Store, Path]) -> None:
-    from tsopt.builder import find_toolchain
+    from tsopt.build.builder import find_toolchain
 
     _, root = store_with_winner
     out = root / "best"

@@ -23,14 +23,14 @@ import pytest
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from search_spaces import get_space  # noqa: E402
-from search_spaces import hopper_gemm_kernel as K  # noqa: E402
-from search_spaces._gemm_export import render_body  # noqa: E402
-from search_spaces._gemm_screen import screened  # noqa: E402
-from search_spaces._gemm_space import make_genome  # noqa: E402
-from tsopt.builder import build_candidate  # noqa: E402
-from tsopt.genome import Genome  # noqa: E402
-from tsopt.problem import Problem  # noqa: E402
+from tsopt.build.builder import build_candidate  # noqa: E402
+from tsopt.core.genome import Genome  # noqa: E402
+from tsopt.core.problem import Problem  # noqa: E402
+from tsopt.core.registry import get_space  # noqa: E402
+from tsopt.search_spaces.gemm import kernel as K  # noqa: E402
+from tsopt.search_spaces.gemm.export import render_body  # noqa: E402
+from tsopt.search_spaces.gemm.layout import make_genome  # noqa: E402
+from tsopt.search_spaces.gemm.screen import screened  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = Problem.of("gemm", "bf16", m=512, n=512, k=512)
@@ -181,9 +181,9 @@ def test_tsopt_export_of_a_measured_gemm(space, tmp_path: Path) -> None:  # type
     attached here to a fresh build of the same genome to exercise the export, and is not a
     claim about the current template's speed.
     """
-    from db.store import Store
-    from tsopt.records import Measurement
-    from tsopt.verifier import VerdictCache, verify_genome
+    from tsopt.core.records import Measurement
+    from tsopt.db.store import Store
+    from tsopt.verify.verifier import VerdictCache, verify_genome
 
     final = json.loads((ROOT / "bench" / "results" / "gemm-final.json").read_text())
     row = next(r for r in final["results"] if r["label"] == "HEADLINE best")

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from tsopt.genome import Genome, GenomeError, OpPlacement, TaskSchedule
-from tsopt.problem import Problem, ProblemError
+from tsopt.core.genome import Genome, GenomeError, OpPlacement, TaskSchedule
+from tsopt.core.problem import Problem, ProblemError
 
 
 def sample() -> Genome:

@@ -14,12 +14,12 @@ import pytest
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from search_spaces import get_space  # noqa: E402
-from search_spaces._gemm_checks import async_consumer_findings, gemm_checks  # noqa: E402
-from search_spaces._gemm_config import MMA_OPS, GemmConfig  # noqa: E402
-from tsopt.genome import Genome  # noqa: E402
-from tsopt.problem import Problem  # noqa: E402
-from tsopt.verifier import VerdictCache, run_ts_checks, verify_genome  # noqa: E402
+from tsopt.core.genome import Genome  # noqa: E402
+from tsopt.core.problem import Problem  # noqa: E402
+from tsopt.core.registry import get_space  # noqa: E402
+from tsopt.search_spaces.gemm.checks import async_consumer_findings, gemm_checks  # noqa: E402
+from tsopt.search_spaces.gemm.config import MMA_OPS, GemmConfig  # noqa: E402
+from tsopt.verify.verifier import VerdictCache, run_ts_checks, verify_genome  # noqa: E402
 
 BIG = Problem.of("gemm", "bf16", m=8192, n=8192, k=8192)
 RAGGED = Problem.of("gemm", "fp16", m=3000, n=2008, k=1000)
@@ -137,7 +137,7 @@ def test_register_and_smem_budgets(space) -> None:
 
 
 def test_smem_bytes_match_the_ts_allocator(space) -> None:
-    from search_spaces.hopper_gemm_kernel import make_task_manager
+    from tsopt.search_spaces.gemm.kernel import make_task_manager
 
     for knobs in ({}, {"tile_n": 192, "stages": 5, "tile_k": 32}, {"tile_m": 64, "consumers": 1},
                   {"epilogue": "tma_store", "stages": 3},
@@ -172,9 +172,10 @@ def test_build_digest_covers_the_kernel_module_and_the_genome_mapping_only(space
     import hashlib
     import inspect
 
-    from search_spaces import _gemm_config, hopper_gemm_kernel
+    from tsopt.search_spaces.gemm import config as _gemm_config
+    from tsopt.search_spaces.gemm import kernel as hopper_gemm_kernel
 
-    assert space.source_modules() == ("search_spaces.hopper_gemm_kernel",)
+    assert space.source_modules() == ("tsopt.search_spaces.gemm.kernel",)
     module = hashlib.sha256(inspect.getsource(hopper_gemm_kernel).encode()).hexdigest()[:16]
     digest = hashlib.sha256(module.encode())
     for fn in (_gemm_config.config_of, _gemm_config.parse_cluster):
@@ -197,7 +198,7 @@ def test_verdict_key_ignores_raster_and_swizzle(space) -> None:
 
 
 def test_enumeration_counts_and_yields_dataflow_legal_genomes(space) -> None:
-    from search_spaces import _gemm_space as S
+    from tsopt.search_spaces.gemm import layout as S
 
     enum = space.enumerate(BIG)
     assert enum.raw == S.placement_count("load") * S.placement_count("mma") * S.gene_count()
@@ -290,8 +291,8 @@ def test_tiles_past_the_problem_store_nothing(space) -> None:
 
 @pytest.mark.slow
 def test_seed_builds_an_artifact(space, tmp_path) -> None:
-    from tsopt.artifact import ArtifactManifest
-    from tsopt.builder import build_candidate
+    from tsopt.build.builder import build_candidate
+    from tsopt.core.artifact import ArtifactManifest
 
     problem = Problem.of("gemm", "bf16", m=512, n=512, k=512)
     result = build_candidate(space, space.seed_genome(problem), problem, "sm_90a", tmp_path)
@@ -306,7 +307,7 @@ def test_seed_builds_an_artifact(space, tmp_path) -> None:
 
 
 def test_separate_warpgroups_get_a_producer_and_a_pipeline_each(space) -> None:
-    from search_spaces.hopper_gemm_kernel import make_task_manager
+    from tsopt.search_spaces.gemm.kernel import make_task_manager
 
     g = space.genome(arrangement="separate", tile_n=128, stages=3, load_warp=3)
     v = verdict(space, g)

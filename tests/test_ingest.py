@@ -17,9 +17,10 @@ from optuna.trial import TrialState
 from rich.console import Console
 from typer.testing import CliRunner
 
-from db.store import Store
-from tsopt.artifact import ArtifactManifest, TensorDesc
-from tsopt.bundle import (
+from tsopt.app.ingest import ingest_bundle, ingest_results
+from tsopt.cli import app
+from tsopt.core.artifact import ArtifactManifest, TensorDesc
+from tsopt.core.bundle import (
     RESULTS_NAME,
     Baseline,
     BundleEntry,
@@ -30,12 +31,11 @@ from tsopt.bundle import (
     write_bundle,
     write_results,
 )
-from tsopt.cli import app
-from tsopt.errors import UserInputError
-from tsopt.genome import Genome
-from tsopt.ingest import ingest_bundle, ingest_results
-from tsopt.problem import Problem
-from tsopt.records import Measurement
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem
+from tsopt.core.records import Measurement
+from tsopt.db.store import Store
 
 PROBLEM = Problem.of("copy", "fp16", rows=256, cols=512)
 STUDY = "copy-ingest"

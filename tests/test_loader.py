@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from search_spaces import get_space
 from tsopt import load_kernel
-from tsopt.builder import build_candidate
-from tsopt.loader import KernelLoadError, LoadedKernel
-from tsopt.problem import Problem
+from tsopt.build.builder import build_candidate
+from tsopt.core.problem import Problem
+from tsopt.core.registry import get_space
+from tsopt.workers.loader import KernelLoadError, LoadedKernel
 
 PROBLEM = Problem.of("copy", "bf16", rows=256, cols=512)
 
@@ -55,7 +55,7 @@ def test_not_a_kernel_directory(tmp_path: Path) -> None:
 
 def test_loader_imports_only_torch_and_the_standard_library() -> None:
     code = (
-        "import sys, tsopt.loader\n"
+        "import sys, tsopt.workers.loader\n"
         "heavy = [m for m in sys.modules if m.split('.')[0] in "
         "('cutlass', 'sqlalchemy', 'optuna', 'ray', 'rich', 'typer', 'db', 'search_spaces')]\n"
         "print(heavy)\n"

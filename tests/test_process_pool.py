@@ -4,7 +4,7 @@ Real parts only: the copy template, the TS verifier, DSL compiles for sm_90a on 
 SQLite, spawned worker processes. The worker deaths are real deaths (``os._exit`` in the
 worker process, the way a compiler crash or the OOM killer ends it); the functions that
 die are the module-level functions below, handed to the pool as the function its
-processes run, and they call the real :func:`tsopt.pipeline.evaluate` otherwise.
+processes run, and they call the real :func:`tsopt.search.pipeline.evaluate` otherwise.
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
-from db.store import Store
-from search_spaces.copy_tma import CopySpace
 from tests.test_driver import NARROW, PROBLEM, optuna_trials, quiet, request
-from tsopt.driver import Driver
-from tsopt.errors import UserInputError
-from tsopt.genome import Genome
-from tsopt.pipeline import EvaluateRequest, Evaluation, evaluate
-from workers.process_pool import ProcessBuildPool
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome
+from tsopt.db.store import Store
+from tsopt.search.driver import Driver
+from tsopt.search.pipeline import EvaluateRequest, Evaluation, evaluate
+from tsopt.search.pools.process_pool import ProcessBuildPool
+from tsopt.search_spaces.copy.space import CopySpace
 
 ROOT = Path(__file__).resolve().parents[1]
-COPY = "search_spaces.copy_tma:CopySpace"
+COPY = "tsopt.search_spaces.copy.space:CopySpace"
 STUDY = "copy-fp16-256x512-sm_90a"
 
 
@@ -171,7 +171,7 @@ def test_a_candidate_whose_retry_dies_too_fails_and_spares_its_neighbour(
         pool.submit("fine", evaluate_request(fine, cache))
         # A function that raises (here the real evaluate, on a space that does not exist)
         # is not retried: its text comes back.
-        pool.submit("raises", evaluate_request(fine, cache, "search_spaces.copy_tma:NoSuchSpace"))
+        pool.submit("raises", evaluate_request(fine, cache, "tsopt.search_spaces.copy.space:NoSuchSpace"))
         assert pool.busy() == 3  # one waits for a slot
         results = drain(pool, 3)
     finally:
@@ -183,21 +183,21 @@ def test_a_candidate_whose_retry_dies_too_fails_and_spares_its_neighbour(
     neighbour = results["fine"]  # in the other process: untouched by the deaths
     assert isinstance(neighbour, Evaluation), neighbour
     assert neighbour.build is not None and neighbour.build.ok
-    assert results["raises"] == ("AttributeError: module 'search_spaces.copy_tma' has no "
+    assert results["raises"] == ("AttributeError: module 'tsopt.search_spaces.copy.space' has no "
                                  "attribute 'NoSuchSpace'")
 
 
 def test_the_driver_records_a_worker_that_died_twice_as_a_failed_build(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import search_spaces
     from tests.crashing_space import GRID_KNOBS, check_the_grid_outcome
+    from tsopt.core import registry
 
     # The crashing variant of the copy space (tests/crashing_space.py): its build kills its
     # own process for stages=2 (first attempt only) and stages=3 (every attempt).
     crash_dir = tmp_path / "crash"
     crash_dir.mkdir()
     monkeypatch.setenv("TSOPT_TEST_CRASH_DIR", str(crash_dir))  # spawned workers inherit it
-    monkeypatch.setitem(search_spaces.SPACES, "copy", "tests.crashing_space:CrashingCopySpace")
+    monkeypatch.setitem(registry.SPACES, "copy", registry.SpaceEntry("copy", "tests.crashing_space:CrashingCopySpace", "copy", ""))
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
     knobs = (*NARROW, *GRID_KNOBS)
     console = quiet()

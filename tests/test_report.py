@@ -23,15 +23,15 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from db.store import Store
-from reports import schedule as schedule_module
-from reports.importance import importance
-from reports.report import _study_names, report_command
-from reports.schedule import OpView, TaskView, generic_schedule_view, op_kind, schedule_view
 from tests.browser import Chromium, chromium_path
 from tests.synthetic_study import PROBLEM, SPACE, make_study
-from tsopt.errors import UserInputError
-from tsopt.genome import Genome
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome
+from tsopt.db.store import Store
+from tsopt.reports import schedule as schedule_module
+from tsopt.reports.importance import importance
+from tsopt.reports.report import _study_names, report_command
+from tsopt.reports.schedule import OpView, TaskView, generic_schedule_view, op_kind, schedule_view
 
 REPO = Path(__file__).resolve().parents[1]
 PLOTS_TIMED = {"best", "convergence-trials", "convergence-time", "funnel", "rejections",
@@ -373,9 +373,9 @@ class HookedSpace:
 def test_a_space_hook_draws_the_schedule_and_a_failing_one_falls_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import search_spaces
+    from tsopt.core import registry
 
-    monkeypatch.setitem(search_spaces.SPACES, "hooked", f"{__name__}:HookedSpace")
+    monkeypatch.setitem(registry.SPACES, "hooked", registry.SpaceEntry("hooked", f"{__name__}:HookedSpace", "copy", ""))
     schedule_module._space_hook.cache_clear()
     try:
         views, note = schedule_view(Genome.make("hooked", schedule={"load": [("acquire", "loop")]}))
@@ -436,8 +436,8 @@ def test_dashboard_serves_the_optuna_studies_of_the_same_database(tmp_path: Path
 
 
 def test_the_copy_spaces_seed_schedule_shows_its_warp_layout() -> None:
-    from search_spaces import get_space
-    from tsopt.problem import Problem
+    from tsopt.core.problem import Problem
+    from tsopt.core.registry import get_space
 
     space = get_space("copy")
     seed = space.seed_genome(Problem.of("copy", "fp16", rows=4096, cols=4096))

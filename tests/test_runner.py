@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tsopt.artifact import ArtifactManifest, TensorDesc
-from tsopt.bundle import write_bundle
-from tsopt.genome import Genome
-from tsopt.problem import Problem
-from workers import runner
-from workers.runner import (
+from tsopt.core.artifact import ArtifactManifest, TensorDesc
+from tsopt.core.bundle import write_bundle
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem
+from tsopt.workers import runner
+from tsopt.workers.runner import (
     GEMM_REL_TOL,
     MAX_BUFFER_SETS,
     CopySpec,
@@ -44,7 +44,7 @@ from workers.runner import (
     plan_buffer_sets,
     status_of_cuda_error,
 )
-from workers.watchdog import MeasureError, measure_artifacts, measure_candidate
+from tsopt.workers.watchdog import MeasureError, measure_artifacts, measure_candidate
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS, COLS = 64, 128
@@ -91,7 +91,7 @@ def test_the_blocker_blocks(blocked_env: dict[str, str]) -> None:
 def test_gpu_side_modules_import_with_torch_and_stdlib_only(blocked_env: dict[str, str]) -> None:
     code = textwrap.dedent(f"""
         import sys
-        import workers.runner, workers.watchdog, workers.bundle_measure, tsopt.bundle, tsopt.cli
+        import tsopt.workers.runner, tsopt.workers.watchdog, tsopt.workers.bundle_measure, tsopt.core.bundle, tsopt.cli
         print(sorted(m for m in sys.modules if m.split(".")[0] in {BLOCKED!r}))
     """)
     proc = subprocess.run([sys.executable, "-c", code], env=blocked_env, capture_output=True,

@@ -1,6 +1,6 @@
 """``bench/search_efficiency.py studies``: the search-efficiency figure from recorded studies.
 
-Real SQLite databases written through ``db.store.Store`` (studies, candidates, verdicts, builds,
+Real SQLite databases written through ``tsopt.db.store.Store`` (studies, candidates, verdicts, builds,
 measurements), then the analysis on them. The measurements are MADE-UP TEST DATA (constructed
 ``Measurement`` records with chosen times, as in tests/test_db.py), not timings of anything:
 they only pin down the counting arithmetic. No GPU, no DSL compile.
@@ -19,10 +19,10 @@ from types import ModuleType
 
 import pytest
 
-from db.store import Store
-from tsopt.genome import Genome
-from tsopt.problem import Problem
-from tsopt.records import BuildResult, Measurement, Verdict
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem
+from tsopt.core.records import BuildResult, Measurement, Verdict
+from tsopt.db.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = Problem.of("copy", "fp16", rows=4096, cols=4096)

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from tsopt.artifact import ArtifactManifest, TensorDesc
-from tsopt.problem import Problem
-from workers import watchdog
-from workers.watchdog import (
+from tsopt.core.artifact import ArtifactManifest, TensorDesc
+from tsopt.core.problem import Problem
+from tsopt.workers import watchdog
+from tsopt.workers.watchdog import (
     EXIT_GRACE_S,
     LOAD_FLOOR_S,
     MAX_SLOWDOWN,
@@ -48,7 +48,7 @@ FAST = Limits(startup_s=20.0, check_s=1.0, timing_s=1.0)
 
 PRELUDE = f"""
 import ctypes, os, signal, subprocess, sys, time
-from workers.watchdog import Reporter
+from tsopt.workers.watchdog import Reporter
 r = Reporter.from_env()
 ENV = {{"device": "child process (no GPU)", "driver": "-", "cuda": "-", "torch": "-"}}
 def result(status="ok", genome_hash={HASH!r}, **kw):
@@ -318,20 +318,20 @@ def test_each_child_sees_one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # -- the persistent measuring worker, on a SIMULATED DEVICE --------------------------------
 # These run the real watchdog against real worker processes running the real runner code
-# (``python -m workers.runner --child worker``'s MeasuringWorker, its command loop, its fault
+# (``python -m tsopt.workers.runner --child worker``'s MeasuringWorker, its command loop, its fault
 # classification and health check). What cannot exist here is the GPU, so the child script
 # below puts a SIMULATED DEVICE under the runner: CPU tensors, a synchronous host-timed
 # session, and Python functions in place of the artifacts' libraries, chosen by the text of
 # each artifact's libkernel.so. No figure from it is reported anywhere.
 SIMULATED_RUNNER = '''
-"""python -m workers.runner on a SIMULATED DEVICE (the tests' stand-in for a GPU)."""
+"""python -m tsopt.workers.runner on a SIMULATED DEVICE (the tests' stand-in for a GPU)."""
 import ctypes
 import sys
 import time
 
 import torch
 
-from workers import runner
+from tsopt.workers import runner
 
 POINTERS = {}  # data_ptr -> the simulated device's tensor at that address
 CONTEXT = {"healthy": True}

@@ -18,7 +18,7 @@ from typing import Literal, NoReturn
 import typer
 from rich.console import Console
 
-from tsopt.errors import UserInputError
+from tsopt.core.errors import UserInputError
 
 app = typer.Typer(
     name="tsopt",
@@ -57,8 +57,8 @@ class _Guard:
     ) -> Literal[False]:
         if exc is None or isinstance(exc, typer.Exit | KeyboardInterrupt | SystemExit):
             return False
-        from tsopt.genome import GenomeError
-        from tsopt.problem import ProblemError
+        from tsopt.core.genome import GenomeError
+        from tsopt.core.problem import ProblemError
 
         if isinstance(exc, UserInputError | GenomeError | ProblemError):
             _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 2)
@@ -128,8 +128,8 @@ def tune_copy(
 ) -> None:
     """Tune the TS TMA copy (GMEM -> SMEM -> GMEM) for one tensor."""
     with _Guard():
-        from tsopt.problem import Problem
-        from tsopt.tune import TuneRequest, run_tune
+        from tsopt.core.problem import Problem
+        from tsopt.search.tune import TuneRequest, run_tune
 
         problem = Problem.of("copy", dtype, rows=rows, cols=cols)
         request = TuneRequest(
@@ -165,8 +165,8 @@ def tune_gemm(
 ) -> None:
     """Tune the Hopper warp-specialized TS GEMM D = A @ B^T."""
     with _Guard():
-        from tsopt.problem import Problem
-        from tsopt.tune import TuneRequest, run_tune
+        from tsopt.core.problem import Problem
+        from tsopt.search.tune import TuneRequest, run_tune
 
         problem = Problem.of("gemm", dtype, m=m, n=n, k=k)
         request = TuneRequest(
@@ -195,15 +195,16 @@ def verify(
 ) -> None:
     """Judge one genome with the TS verifier and tsopt's own checks; print `valid` or the rule."""
     with _Guard():
-        from tsopt.genome import Genome
-        from tsopt.verifier import parse_problem_spec, verify_genome
+        from tsopt.core.genome import Genome
+        from tsopt.core.registry import problem_for
+        from tsopt.verify.verifier import verify_genome
 
         try:
             text = genome_file.read_text()
         except OSError as exc:
             raise UserInputError(f"cannot read genome file {str(genome_file)!r}: {exc.strerror}") from None
         genome = Genome.from_json(text)
-        verdict = verify_genome(genome, parse_problem_spec(problem, genome.space), domain=domain)
+        verdict = verify_genome(genome, problem_for(problem, genome.space), domain=domain)
     if verdict.valid:
         console.print(f"[green]valid[/]  ({verdict.seconds * 1e3:.1f} ms, domain {verdict.domain})")
         raise typer.Exit(0)
@@ -225,7 +226,7 @@ def measure(
 ) -> None:
     """On a GPU machine: check and time every candidate of a bundle, write results into it."""
     with _Guard():
-        from workers.bundle_measure import measure_bundle
+        from tsopt.workers.bundle_measure import measure_bundle
 
         code = measure_bundle(bundle, runs=runs, warmup=warmup, limit=limit, console=console)
     raise typer.Exit(code)
@@ -238,7 +239,7 @@ def ingest(
 ) -> None:
     """Record a measured bundle's results in the database and tell the study."""
     with _Guard():
-        from tsopt.ingest import ingest_bundle
+        from tsopt.app.ingest import ingest_bundle
 
         code = ingest_bundle(bundle, db_url=db, console=console)
     raise typer.Exit(code)
@@ -259,7 +260,7 @@ def report(
     """Write a self-contained HTML dashboard for a study (or list the studies)."""
     with _Guard():
         try:
-            from reports.report import report_command
+            from tsopt.reports.report import report_command
         except ImportError:
             _not_built("report")
         code = report_command(study=study, out=out, compare=compare or [], db_url=db, console=console)
@@ -274,7 +275,7 @@ def dashboard(
     """Open optuna-dashboard on the same database."""
     with _Guard():
         try:
-            from reports.dashboard import dashboard_command
+            from tsopt.reports.dashboard import dashboard_command
         except ImportError:
             _not_built("dashboard")
         code = dashboard_command(db_url=db, port=port, console=console)
@@ -292,7 +293,7 @@ def export(
     """Export a tuned kernel: source, C artifacts, manifest and loader."""
     with _Guard():
         try:
-            from tsopt.export import export_command
+            from tsopt.app.export import export_command
         except ImportError:
             _not_built("export")
         code = export_command(study=study, out=out, rank=rank, force=force, db_url=db, console=console)
@@ -310,7 +311,7 @@ def spaces(
 ) -> None:
     """List search spaces and their knobs; with --funnel, count raw -> built."""
     with _Guard():
-        from tsopt.spaces_cmd import spaces_command
+        from tsopt.app.spaces import spaces_command
 
         code = spaces_command(name=name, problem=problem, funnel=funnel, build=build, console=console)
     raise typer.Exit(code)

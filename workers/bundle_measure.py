@@ -1,7 +1,7 @@
 """``tsopt measure BUNDLE``: measure every candidate of a bundle on this GPU machine.
 
 Reads and validates the manifest, then measures the candidates under the watchdog (see
-workers.watchdog): by default in persistent measuring workers, each of which times the vendor
+tsopt.workers.watchdog): by default in persistent measuring workers, each of which times the vendor
 baseline when it starts (the first timing sets the watchdog's limits) and then measures
 candidate after candidate, replaced after any failure and recycled every
 ``max_candidates``; with ``isolation="process"`` a probe process times the baseline and every
@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tsopt.bundle import (
+from tsopt.core.bundle import (
     BundleManifest,
     BundleResults,
     read_manifest,
@@ -31,9 +31,9 @@ from tsopt.bundle import (
     utc_now,
     write_results,
 )
-from tsopt.errors import UserInputError
-from tsopt.records import Measurement
-from workers.watchdog import (
+from tsopt.core.errors import UserInputError
+from tsopt.core.records import Measurement
+from tsopt.workers.watchdog import (
     BASELINE_MODES,
     ISOLATIONS,
     REBASELINE_EVERY,
@@ -134,7 +134,7 @@ def measure_bundle(
     ``isolation``: ``"worker"`` (persistent measuring processes, the default) or ``"process"``
     (one per candidate); ``baseline``: ``"once"`` (the vendor timed per problem and worker,
     again every ``rebaseline_every`` candidates and at the end; the default) or ``"paired"``
-    (timed after each candidate); see workers.watchdog.
+    (timed after each candidate); see tsopt.workers.watchdog.
     """
     console = console or Console()
     _check_options(runs, warmup, limit, checks, isolation, max_candidates, rebaseline_every,

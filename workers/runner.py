@@ -6,7 +6,7 @@ runs on GPU machines that have neither the DSL nor the search stack.
 One candidate, in order (:func:`measure_artifact`):
 
 1. load ``libcuda.so.1`` and a ``libcudart`` with RTLD_GLOBAL, then the artifact's library and
-   its two symbols (``tsopt_load``, ``tsopt_launch``; see tsopt.artifact);
+   its two symbols (``tsopt_load``, ``tsopt_launch``; see tsopt.core.artifact);
 2. ``tsopt_load()``: the module load, its return code checked;
 3. ``checks`` times: fresh random inputs, the output poisoned with NaN, one launch, compare with
    a torch reference (every element written; tolerance by dtype, see :data:`GEMM_REL_TOL`);
@@ -19,17 +19,17 @@ One candidate, in order (:func:`measure_artifact`):
 A CUDA fault becomes a status with its message: an illegal address or other sticky fault is
 ``crash``, a refused launch or module load is ``launch_error``, a wrong output is ``wrong``.
 What a process cannot report about itself (a deadlock, a signal death) is the watchdog's job:
-run candidates through workers.watchdog, which starts this module with ``--child``: by default
+run candidates through tsopt.workers.watchdog, which starts this module with ``--child``: by default
 one persistent ``--child worker`` (:class:`MeasuringWorker`) measures candidate after
 candidate, reusing its CUDA context, buffers and baseline; ``--isolation process`` runs
 ``--child measure`` once per candidate instead.
 
 Command line::
 
-    python -m workers.runner --bundle DIR [--runs 50] [--warmup 10] [--limit N]
-    python -m workers.runner --artifact DIR [--artifact DIR ...] [--runs 50] [--gpu 0]
+    python -m tsopt.workers.runner --bundle DIR [--runs 50] [--warmup 10] [--limit N]
+    python -m tsopt.workers.runner --artifact DIR [--artifact DIR ...] [--runs 50] [--gpu 0]
         [--isolation worker|process] [--max-candidates 200] [--baseline once|paired]
-    python -m workers.runner --child measure|baseline|worker ...   (the watchdog's; internal)
+    python -m tsopt.workers.runner --child measure|baseline|worker ...   (the watchdog's; internal)
 """
 
 from __future__ import annotations
@@ -51,9 +51,11 @@ from typing import Any
 
 import torch
 
-from tsopt.artifact import ArtifactError, ArtifactManifest, TensorDesc
-from tsopt.bundle import Baseline, utc_now
-from tsopt.loader import (  # the CUDA-library loading shared with tsopt.load_kernel
+from tsopt.core.artifact import ArtifactError, ArtifactManifest, TensorDesc
+from tsopt.core.bundle import Baseline, utc_now
+from tsopt.core.problem import Problem, ProblemError
+from tsopt.core.records import Measurement
+from tsopt.workers.loader import (  # the CUDA-library loading shared with tsopt.load_kernel
     CUDART_SONAMES,  # noqa: F401 - re-exported: tests and the simulated device patch these here
     CudaLibraries,  # noqa: F401
     CudaRuntime,
@@ -64,9 +66,7 @@ from tsopt.loader import (  # the CUDA-library loading shared with tsopt.load_ke
     needed_cudart,  # noqa: F401
     torch_library_dirs,  # noqa: F401
 )
-from tsopt.problem import Problem, ProblemError
-from tsopt.records import Measurement
-from workers.watchdog import (
+from tsopt.workers.watchdog import (
     BASELINE_MODES,
     ISOLATIONS,
     REBASELINE_EVERY,
@@ -544,7 +544,7 @@ def measure_artifact(
 
     Returns a Measurement with status ``ok`` (timed), ``wrong``, ``crash`` or ``launch_error``
     (including "no GPU here"). A deadlocked kernel blocks this call forever: isolate it with
-    workers.watchdog.measure_candidate.
+    tsopt.workers.watchdog.measure_candidate.
     """
     if runs < MIN_RUNS:
         raise ValueError(f"runs={runs}: at least {MIN_RUNS} timed runs are needed for p10/p90")
@@ -810,7 +810,7 @@ class ProblemState:
 class MeasuringWorker:
     """The watchdog's persistent child: one CUDA context, many candidates.
 
-    Commands arrive on the command pipe (see workers.watchdog): ``problem`` frees the last
+    Commands arrive on the command pipe (see tsopt.workers.watchdog): ``problem`` frees the last
     problem's buffers, allocates this one's and times the vendor baseline on them;
     ``measure`` loads a candidate's library and checks and times it on those buffers (and,
     paired, the vendor after it); ``baseline`` times the vendor again. After each command it
@@ -1015,7 +1015,7 @@ def worker_main(args: argparse.Namespace) -> None:
 
 # -- command line --------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m workers.runner", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tsopt.workers.runner", description=__doc__.split("\n")[0])
     p.add_argument("--bundle", type=Path, help="measure a bundle (as `tsopt measure BUNDLE`)")
     p.add_argument("--artifact", action="append", default=None,
                    help="an artifact directory to measure (repeatable; each isolated)")
@@ -1061,8 +1061,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.bundle is not None:
         from rich.console import Console
 
-        from tsopt.errors import UserInputError
-        from workers.bundle_measure import measure_bundle
+        from tsopt.core.errors import UserInputError
+        from tsopt.workers.bundle_measure import measure_bundle
 
         try:
             return measure_bundle(args.bundle, runs=args.runs, warmup=args.warmup,
@@ -1072,7 +1072,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     if args.artifact:
-        from workers.watchdog import MeasureError, measure_artifacts
+        from tsopt.workers.watchdog import MeasureError, measure_artifacts
 
         def show(_index: int, m: Measurement) -> None:
             print(json.dumps(m.to_dict()), flush=True)

@@ -3,7 +3,7 @@
 A candidate kernel can deadlock (the GPU never returns), fault (an illegal address poisons the
 CUDA context for the rest of the process) or take the process down (a signal). So candidates
 never run in this process: this module, which never touches the GPU itself, runs them in
-children of ``python -m workers.runner --child ...``, turns whatever happened into a
+children of ``python -m tsopt.workers.runner --child ...``, turns whatever happened into a
 :class:`Measurement` and goes on with the next candidate. Two isolations:
 
 ``worker`` (the default; :class:`WorkerMeasurer`)
@@ -64,7 +64,7 @@ Each phase has its own deadline, so that a slow Python start-up is not taken for
 - a worker's set-up (problem/baseline command -> baseline): :data:`SETUP_LIMIT_S`; its
   health check (result -> ready): :data:`HEALTH_LIMIT_S`. Neither is charged to a candidate.
 
-Standard library only (plus tsopt.records / tsopt.problem / tsopt.bundle, themselves standard
+Standard library only (plus tsopt.core.records / tsopt.core.problem / tsopt.core.bundle, themselves standard
 library only).
 """
 
@@ -86,10 +86,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from tsopt.artifact import ArtifactError, ArtifactManifest
-from tsopt.bundle import Baseline
-from tsopt.problem import Problem, ProblemError
-from tsopt.records import Measurement
+from tsopt.core.artifact import ArtifactError, ArtifactManifest
+from tsopt.core.bundle import Baseline
+from tsopt.core.problem import Problem, ProblemError
+from tsopt.core.records import Measurement
 
 REPORT_FD_ENV = "TSOPT_REPORT_FD"
 COMMAND_FD_ENV = "TSOPT_COMMAND_FD"
@@ -235,7 +235,7 @@ def _pipe_fd(name: str, role: str) -> int:
     if value is None or not value.isdigit():
         raise RuntimeError(
             f"{name}={value!r}: the child runner {role} a pipe that the watchdog opens; run it "
-            "through workers.watchdog, not by hand"
+            "through tsopt.workers.watchdog, not by hand"
         )
     return int(value)
 
@@ -591,7 +591,7 @@ class Probe:
 
 
 def runner_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "workers.runner", "--child", *args]
+    return [sys.executable, "-m", "tsopt.workers.runner", "--child", *args]
 
 
 def probe_baseline(

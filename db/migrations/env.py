@@ -4,7 +4,7 @@ tsopt keeps its own version table (``tsopt_alembic_version``): Optuna's RDB
 storage shares the database and owns ``alembic_version``. Autogenerate only
 looks at ``tsopt_`` tables for the same reason.
 
-``db.migrate`` hands a live connection in ``config.attributes["connection"]``
+``tsopt.db.migrate`` hands a live connection in ``config.attributes["connection"]``
 (already inside the transaction that serialises concurrent upgrades); the
 ``alembic`` command line falls back to ``sqlalchemy.url``.
 """
@@ -17,7 +17,7 @@ from alembic import context
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection
 
-from db.models import Base
+from tsopt.db.models import Base
 
 VERSION_TABLE = "tsopt_alembic_version"
 

@@ -5,7 +5,7 @@ CUTLASS DSL nor the rest of tsopt is installed: ``tsopt export`` copies this
 file into every export as ``loader.py``. The GPU runner loads candidates
 through the same code.
 
-A kernel directory holds ``libkernel.so`` (the ABI of tsopt.artifact:
+A kernel directory holds ``libkernel.so`` (the ABI of tsopt.core.artifact:
 ``int tsopt_load(void)``, ``int tsopt_launch(void **data, int n, void *stream)``)
 and ``artifact.json`` (its tensors in call order, with roles and shapes).
 Usage::
@@ -179,7 +179,7 @@ class KernelLibrary:
     @classmethod
     def open(cls, artifact_dir: Path, manifest: Any) -> KernelLibrary:
         """``manifest``: anything with ``library``, ``load_symbol``, ``launch_symbol``
-        (an artifact.json read by tsopt.artifact or by :class:`KernelManifest`)."""
+        (an artifact.json read by tsopt.core.artifact or by :class:`KernelManifest`)."""
         path = Path(artifact_dir) / manifest.library
         if not path.is_file():
             raise KernelLoadError(f"no library {manifest.library!r} in {artifact_dir}")

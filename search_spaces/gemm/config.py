@@ -1,0 +1,196 @@
+"""Knobs, placements and the genome -> configuration mapping of the Hopper TS GEMM space.
+
+The configuration itself, :class:`GemmConfig` (every knob value plus the sizes
+derived from them and from the problem: K tiles, warp layout, SMEM bytes), is
+defined by the kernel module (``tsopt.search_spaces.gemm.kernel``), which
+reads it; this module decodes a genome into one (:func:`config_of`). The
+config is plain data, so the knob tables, the checks, the funnel and the
+tests use it without tracing anything.
+
+Placements. The producer (``load``) and each consumer warpgroup (``mma``)
+run a loop body that is a permutation of their ops. The head holds ``depth``
+copies of that body (producer prefetch; consumer wgmma batches kept in
+flight), less one sync op that is *deferred* to the tail (delayed commit;
+delayed release). The consumer's ``wgmma_wait`` op is ``warpgroup.wait_group
+(pending)``; ``drain`` puts a ``wait_group(0)`` in the tail before the
+accumulator is read. The genome stores the explicit placement that these
+knobs render (:func:`load_placement`, :func:`mma_placement`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from tsopt.core.dsl_env import ensure_arch
+from tsopt.core.genome import Genome
+
+ensure_arch()  # the kernel module imports the DSL, which reads its target arch once
+
+# Re-exported for the space's modules: the kernel owns its sizes and configuration.
+from tsopt.search_spaces.gemm.kernel import (  # noqa: E402, F401
+    ELEMENT_BYTES,
+    EPI_COLS,
+    PRIMARY_OP,
+    SM_COUNT,
+    WARPGROUP,
+    GemmConfig,
+    Placement,
+)
+
+SPACE = "gemm"
+SMEM_CAPACITY = 232_448
+"""Bytes of shared memory one CTA may use on sm_90 (227 KiB), as TS checks it."""
+REGISTER_FILE = 65_536
+
+# --------------------------------------------------------------------------------------
+# Ops and placements
+# --------------------------------------------------------------------------------------
+
+LOAD_OPS = ("coords", "try_acquire", "acquire", "tma_load", "commit")
+MMA_OPS = ("try_wait", "wait", "read_stage", "wgmma", "wgmma_wait", "release")
+TASK_OPS = {"load": LOAD_OPS, "mma": MMA_OPS}
+SYNC_OPS = {"load": ("try_acquire", "acquire", "commit"), "mma": ("try_wait", "wait", "release")}
+WORK_OPS = {"load": ("coords", "tma_load"), "mma": ("read_stage", "wgmma")}
+TOKENS = {"load": ("coords", "tma_load"), "mma": ("read_stage", "wgmma")}
+"""(producer of a token, its consumer) per task: the token must exist before its use."""
+
+HEAD_DEPTHS = (0, 1, 2)
+PENDING = (0, 1, 2)
+DRAINS = ("tail", "none")
+BODIES = {task: tuple(itertools.permutations(ops)) for task, ops in TASK_OPS.items()}
+DEFERRABLE = {task: ("none", *SYNC_OPS[task]) for task in TASK_OPS}
+CANONICAL_BODY = {"load": LOAD_OPS, "mma": MMA_OPS}
+
+
+def load_placement(body: Sequence[str], depth: int, defer: str) -> Placement:
+    """``depth`` head copies of ``body`` (less ``defer``), the loop body, the deferred ops."""
+    head = [(op, "head") for _ in range(depth) for op in body if op != defer]
+    loop = [(op, "loop") for op in body]
+    tail = [(defer, "tail")] * depth if defer != "none" and depth else []
+    return tuple(head + loop + tail)  # type: ignore[arg-type]
+
+
+def mma_placement(
+    body: Sequence[str], depth: int, defer: str, pending: int, drain: str
+) -> Placement:
+    """As :func:`load_placement`, with ``wgmma_wait`` rendered as ``wgmma_wait<pending>`` and,
+    with ``drain == "tail"``, a ``wgmma_wait0`` opening the tail."""
+    rendered = [f"wgmma_wait{pending}" if op == "wgmma_wait" else op for op in body]
+    head = [(op, "head") for _ in range(depth) for op in rendered if op != defer]
+    loop = [(op, "loop") for op in rendered]
+    tail = [("wgmma_wait0", "tail")] if drain == "tail" else []
+    tail += [(defer, "tail")] * depth if defer != "none" and depth else []
+    return tuple(head + loop + tail)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------
+# Numeric and structural genes
+# --------------------------------------------------------------------------------------
+
+NUMERIC_CHOICES: dict[str, tuple[int, ...]] = {
+    "tile_m": (64, 128, 256),
+    "tile_n": (64, 128, 192, 256),
+    "tile_k": (32, 64, 128),
+    "stages": (2, 3, 4, 5, 6, 7, 8),
+    "consumers": (1, 2),
+    "load_warp": (0, 3),
+    "producer_regs": (24, 40, 56),
+    "consumer_regs": (160, 200, 232, 240),
+    "swizzle": (1, 2, 4, 8),
+}
+STRUCTURE_CHOICES: dict[str, tuple[bool | str, ...]] = {
+    "advance_on_wait": (True, False),
+    "persistent": (False, True),
+    "producer_wg": ("first", "last"),
+    "cluster": ("1x1", "2x1", "1x2"),
+    "raster": ("m", "n"),
+    "epilogue": ("direct", "tma_store"),
+    "arrangement": ("cooperative", "separate"),
+}
+KNOB_DOCS = {
+    "load.body": "order of the producer's loop body "
+                 "(coords, try_acquire, acquire, tma_load, commit)",
+    "load.depth": "producer prefetch depth: copies of the body placed in the head",
+    "load.defer": "sync op of the producer's head copies deferred to the tail (delayed commit)",
+    "mma.body": "order of a consumer warpgroup's loop body "
+                "(try_wait, wait, read_stage, wgmma, wgmma_wait, release)",
+    "mma.depth": "wgmma batches in flight: copies of the consumer body placed in the head",
+    "mma.defer": "sync op of the consumer's head copies deferred to the tail (delayed release)",
+    "mma.pending": "N of the loop's warpgroup.wait_group(N): wgmma batches left in flight",
+    "mma.drain": "'tail': wait_group(0) before the epilogue reads the accumulator",
+    "advance_on_wait": "consumer pipeline advances its stage on wait and releases from a lagging "
+                       "state (needed to hold more than one stage)",
+    "persistent": "static persistent WorkQueue tile loop (one wave of clusters) instead of one "
+                  "tile per CTA",
+    "producer_wg": "producer warpgroup before ('first') or after ('last') the consumer warpgroups",
+    "cluster": "cluster shape MxN; A is TMA-multicast along N, B along M",
+    "raster": "persistent tile order: along M or along N (with swizzle)",
+    "epilogue": "'direct': D written by predicated stores from registers; 'tma_store': "
+                "staged through a swizzled SMEM buffer per warpgroup and written by TMA stores",
+    "arrangement": "'cooperative': the consumer warpgroups split one tile; 'separate': each "
+                   "warpgroup on its own tile, fed by its own producer warp and SMEM pipeline",
+    "tile_m": "tile rows: the CTA's (cooperative) or each warpgroup's own (separate); m64 wgmma "
+              "repeats",
+    "tile_n": "CTA tile columns = wgmma N",
+    "tile_k": "K slice per stage (wgmma K=16 steps per slice: tile_k/16)",
+    "stages": "SMEM pipeline stages of A and B slices",
+    "consumers": "consumer warpgroups (see arrangement)",
+    "load_warp": "warp of the producer inside its warpgroup (the rest pad)",
+    "producer_regs": "register budget of the producer warpgroup (setmaxnreg)",
+    "consumer_regs": "register budget of each consumer warpgroup (setmaxnreg)",
+    "swizzle": "persistent raster swizzle, in clusters (1: none)",
+}
+ADDED_GENES: dict[str, str] = {"arrangement": "cooperative"}
+"""Genes added after studies were recorded, with the value a genome without one means (so
+recorded genomes keep their hash, their verdict and their meaning)."""
+
+
+def gene(genome: Genome, name: str) -> object:
+    """``genome[name]``, or the meaning of its absence for a gene added later."""
+    if name in ADDED_GENES and name not in genome.genes:
+        return ADDED_GENES[name]
+    return genome[name]
+
+
+PLACEMENT_KNOBS = ("load.body", "load.depth", "load.defer",
+                   "mma.body", "mma.depth", "mma.defer", "mma.pending", "mma.drain")
+
+
+def body_name(body: Sequence[str]) -> str:
+    return ",".join(body)
+
+
+def parse_cluster(text: str) -> tuple[int, int]:
+    m, n = text.split("x")
+    return int(m), int(n)
+
+
+# --------------------------------------------------------------------------------------
+# From a genome to the kernel's configuration
+# --------------------------------------------------------------------------------------
+
+
+def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str) -> GemmConfig:
+    """The kernel configuration a genome describes for a problem."""
+
+    def num(name: str) -> int:
+        value = genome[name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"gene {name}={value!r} must be an integer")
+        return value
+
+    cluster_m, cluster_n = parse_cluster(str(genome["cluster"]))
+    return GemmConfig(
+        dtype=dtype, m=problem_sizes["m"], n=problem_sizes["n"], k=problem_sizes["k"],
+        tile_m=num("tile_m"), tile_n=num("tile_n"), tile_k=num("tile_k"),
+        stages=num("stages"), consumers=num("consumers"), arrangement=str(gene(genome, "arrangement")),
+        producer_wg=str(genome["producer_wg"]), load_warp=num("load_warp"),
+        producer_regs=num("producer_regs"), consumer_regs=num("consumer_regs"),
+        cluster_m=cluster_m, cluster_n=cluster_n,
+        raster=str(genome["raster"]), swizzle=num("swizzle"),
+        persistent=bool(genome["persistent"]), epilogue=str(genome["epilogue"]),
+        advance_on_wait=bool(genome["advance_on_wait"]),
+        load_ops=tuple((p.op, p.section) for p in genome.task("load").ops),
+        mma_ops=tuple((p.op, p.section) for p in genome.task("mma").ops),
+    )

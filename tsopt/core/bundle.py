@@ -1,0 +1,504 @@
+"""Bundles: a directory of built candidates that a GPU machine measures and a build machine ingests.
+
+Layout::
+
+    manifest.json            what to measure (written on the build machine)
+    artifacts/<genome hash>/ one artifact directory per candidate (see tsopt.core.artifact)
+    results.json             what was measured (written on the GPU machine, atomically)
+
+``manifest.json``::
+
+    {"format": "tsopt-bundle", "version": 1, "bundle_id": "<uuid>", "study": ..., "space": ...,
+     "problem": {"op": ..., "dtype": ..., sizes...}, "arch": "sm_90a", "created_at": "<ISO>",
+     "candidates": [{"genome_hash": ..., "artifact": "artifacts/<hash>", "genome": {...},
+                     "origin": "enumerate" (optional: how the candidate was proposed)}]}
+
+``results.json``::
+
+    {"format": "tsopt-bundle-results", "version": 1, "bundle_id": ..., "run_id": "<uuid>",
+     "device": ..., "driver": ..., "cuda": ..., "torch": ..., "started_at": ..., "updated_at": ...,
+     "settings": {"runs": 50, "warmup": 10, "checks": 2}, "environment": {...},
+     "baselines": [Baseline...], "measurements": [Measurement...],
+     "baseline_timings": [Baseline...] (optional)}
+
+``baselines`` holds the first baseline timing of each measuring session (ingest records it);
+``baseline_timings`` every timing of the run (a measuring worker times the baseline when it
+starts, every few dozen candidates and at the end), to show their spread.
+
+``run_id`` names one measuring of the bundle (kept when an interrupted measuring resumes), so
+ingesting the same results twice records nothing new.
+
+Every malformed, foreign or mismatched file raises :class:`BundleError` (a UserInputError) with
+a message naming the file and the bad value. Standard library only: the GPU side reads this.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tsopt.core.artifact import LIBRARY_NAME, ArtifactError, ArtifactManifest
+from tsopt.core.artifact import MANIFEST_NAME as ARTIFACT_MANIFEST
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome, GenomeError
+from tsopt.core.problem import Problem, ProblemError
+from tsopt.core.records import Measurement
+
+BUNDLE_FORMAT = "tsopt-bundle"
+RESULTS_FORMAT = "tsopt-bundle-results"
+BUNDLE_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+RESULTS_NAME = "results.json"
+ARTIFACTS_DIR = "artifacts"
+
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+_MANIFEST_KEYS = {
+    "format", "version", "bundle_id", "study", "space", "problem", "arch", "created_at",
+    "candidates",
+}
+_CANDIDATE_KEYS = {"genome_hash", "artifact", "genome", "origin"}
+
+
+class BundleError(UserInputError):
+    """A bundle directory, manifest or results file is missing, corrupted, foreign or mismatched."""
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def atomic_write_json(path: Path, doc: Any) -> Path:
+    """Write JSON so that a reader sees the old file or the new one, never half of one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as out:
+        json.dump(doc, out, indent=2, sort_keys=True, allow_nan=False)
+        out.write("\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+# -- records -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Baseline:
+    """The vendor baseline (torch copy / cuBLAS) timed on one device; times in microseconds."""
+
+    problem_key: str
+    name: str
+    device: str
+    median_us: float
+    p10_us: float
+    p90_us: float
+    runs: int
+    rate: float | None = None
+    rate_unit: str = ""
+    measured_at: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Baseline:
+        if not isinstance(doc, dict):
+            raise ValueError(f"baseline must be an object, got {type(doc).__name__}")
+        unknown = set(doc) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"baseline: unknown field(s) {sorted(unknown)}")
+        baseline = cls(**doc)
+        if not isinstance(baseline.median_us, int | float) or baseline.median_us <= 0:
+            raise ValueError(f"baseline median_us must be positive, got {baseline.median_us!r}")
+        return baseline
+
+
+@dataclass(frozen=True)
+class BundleCandidate:
+    genome_hash: str
+    artifact: str
+    genome: Genome
+    origin: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "genome_hash": self.genome_hash, "artifact": self.artifact,
+            "genome": self.genome.to_dict(),
+        }
+        if self.origin is not None:
+            doc["origin"] = self.origin
+        return doc
+
+
+@dataclass(frozen=True)
+class BundleManifest:
+    bundle_id: str
+    study: str
+    space: str
+    problem: Problem
+    arch: str
+    created_at: str
+    candidates: tuple[BundleCandidate, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "bundle_id": self.bundle_id,
+            "study": self.study, "space": self.space, "problem": self.problem.to_dict(),
+            "arch": self.arch, "created_at": self.created_at,
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+    def candidate(self, genome_hash: str) -> BundleCandidate | None:
+        return next((c for c in self.candidates if c.genome_hash == genome_hash), None)
+
+
+@dataclass
+class BundleResults:
+    """``results.json``: one measuring run of a bundle (appended to while it runs)."""
+
+    bundle_id: str
+    run_id: str
+    device: str = ""
+    driver: str = ""
+    cuda: str = ""
+    torch: str = ""
+    started_at: str = ""
+    updated_at: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    baselines: list[Baseline] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    baseline_timings: list[Baseline] = field(default_factory=list)  # every timing, for spread
+
+    def measured_hashes(self) -> set[str]:
+        return {m.genome_hash for m in self.measurements}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": RESULTS_FORMAT, "version": BUNDLE_VERSION, "bundle_id": self.bundle_id,
+            "run_id": self.run_id, "device": self.device, "driver": self.driver,
+            "cuda": self.cuda, "torch": self.torch, "started_at": self.started_at,
+            "updated_at": self.updated_at, "settings": self.settings,
+            "environment": self.environment,
+            "baselines": [b.to_dict() for b in self.baselines],
+            "measurements": [m.to_dict() for m in self.measurements],
+            "baseline_timings": [b.to_dict() for b in self.baseline_timings],
+        }
+
+
+# -- reading -------------------------------------------------------------------------------
+def _load_json(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise BundleError(f"{path.parent} is not a measured bundle: no {path.name}") from None
+    except OSError as exc:
+        raise BundleError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BundleError(
+            f"{path} is corrupted: not valid JSON ({exc.msg} at line {exc.lineno} column "
+            f"{exc.colno}); {what}"
+        ) from None
+
+
+def _require(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in doc:
+        raise BundleError(f"{where}: missing field {key!r}")
+    value = doc[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise BundleError(f"{where}: field {key!r} has the wrong type ({value!r})")
+    return value
+
+
+def _check_header(doc: Any, where: str, expected_format: str) -> None:
+    if not isinstance(doc, dict):
+        raise BundleError(f"{where} is not a tsopt bundle file: a JSON {type(doc).__name__}, "
+                          "not an object")
+    fmt = doc.get("format")
+    if fmt != expected_format:
+        raise BundleError(
+            f"{where} is not a {expected_format} file (its format is {fmt!r}): a foreign file"
+        )
+    version = doc.get("version")
+    if version != BUNDLE_VERSION:
+        raise BundleError(
+            f"{where}: version {version!r} is not supported (this tsopt reads version "
+            f"{BUNDLE_VERSION})"
+        )
+
+
+def _check_uuid(value: str, key: str, where: str) -> None:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise BundleError(f"{where}: {key} {value!r} is not a UUID") from None
+
+
+def _parse_candidate(doc: Any, index: int, space: str, where: str) -> BundleCandidate:
+    at = f"{where}: candidates[{index}]"
+    if not isinstance(doc, dict):
+        raise BundleError(f"{at} is not an object")
+    unknown = set(doc) - _CANDIDATE_KEYS
+    if unknown:
+        raise BundleError(f"{at}: unknown field(s) {sorted(unknown)}")
+    genome_hash = _require(doc, "genome_hash", str, at)
+    if not _HASH.match(genome_hash):
+        raise BundleError(f"{at}: genome_hash {genome_hash!r} is not a 64-digit hex sha256")
+    artifact = _require(doc, "artifact", str, at)
+    if artifact != f"{ARTIFACTS_DIR}/{genome_hash}":
+        raise BundleError(
+            f"{at}: artifact {artifact!r} must be {ARTIFACTS_DIR}/{genome_hash} (inside the bundle)"
+        )
+    try:
+        genome = Genome.from_dict(_require(doc, "genome", dict, at))
+    except GenomeError as exc:
+        raise BundleError(f"{at}: bad genome: {exc}") from None
+    if genome.hash != genome_hash:
+        raise BundleError(
+            f"{at}: genome_hash {genome_hash[:12]}... does not match its genome, which hashes to "
+            f"{genome.hash[:12]}..."
+        )
+    if genome.space != space:
+        raise BundleError(f"{at}: genome of space {genome.space!r} in a bundle of space {space!r}")
+    origin = doc.get("origin")
+    if origin is not None and not isinstance(origin, str):
+        raise BundleError(f"{at}: origin {origin!r} is not a string")
+    return BundleCandidate(genome_hash, artifact, genome, origin)
+
+
+def manifest_from_dict(doc: Any, where: str = MANIFEST_NAME) -> BundleManifest:
+    """Validate a manifest document; raises :class:`BundleError` naming the bad value."""
+    _check_header(doc, where, BUNDLE_FORMAT)
+    unknown = set(doc) - _MANIFEST_KEYS
+    if unknown:
+        raise BundleError(f"{where}: unknown field(s) {sorted(unknown)}")
+    bundle_id = _require(doc, "bundle_id", str, where)
+    _check_uuid(bundle_id, "bundle_id", where)
+    study = _require(doc, "study", str, where)
+    space = _require(doc, "space", str, where)
+    arch = _require(doc, "arch", str, where)
+    if not study or not space or not arch:
+        raise BundleError(f"{where}: study, space and arch must be non-empty")
+    created_at = _require(doc, "created_at", str, where)
+    try:
+        datetime.fromisoformat(created_at)
+    except ValueError:
+        raise BundleError(f"{where}: created_at {created_at!r} is not an ISO date-time") from None
+    try:
+        problem = Problem.from_dict(_require(doc, "problem", dict, where))
+    except ProblemError as exc:
+        raise BundleError(f"{where}: bad problem: {exc}") from None
+    raw = _require(doc, "candidates", list, where)
+    candidates = tuple(_parse_candidate(c, i, space, where) for i, c in enumerate(raw))
+    seen: set[str] = set()
+    for c in candidates:
+        if c.genome_hash in seen:
+            raise BundleError(f"{where}: candidate {c.genome_hash[:12]}... is listed twice")
+        seen.add(c.genome_hash)
+    return BundleManifest(bundle_id, study, space, problem, arch, created_at, candidates)
+
+
+def check_artifact(path: Path, genome_hash: str, problem: Problem, arch: str) -> None:
+    """The artifact at ``path`` exists and was built for this genome, problem and arch."""
+    path = Path(path)
+    try:
+        art = ArtifactManifest.read(path)
+    except ArtifactError as exc:
+        raise BundleError(f"candidate {genome_hash[:12]}...: {exc}") from None
+    problems = []
+    if art.genome_hash != genome_hash:
+        problems.append(f"genome {art.genome_hash[:12]}...")
+    try:
+        art_problem = Problem.from_dict(art.problem).key
+    except ProblemError as exc:
+        art_problem = f"<bad: {exc}>"
+    if art_problem != problem.key:
+        problems.append(f"problem {art_problem}")
+    if art.arch != arch:
+        problems.append(f"arch {art.arch}")
+    if problems:
+        raise BundleError(
+            f"{path}: artifact was built for " + ", ".join(problems) + ", but is listed for "
+            f"{genome_hash[:12]}... / {problem.key} / {arch}: a mismatched artifact"
+        )
+    if not (path / art.library).is_file():
+        raise BundleError(f"{path}: the artifact has no library {art.library!r}")
+
+
+def read_manifest(directory: Path, check_artifacts: bool = True) -> BundleManifest:
+    """Read and validate ``manifest.json`` (and, by default, every artifact it lists)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise BundleError(f"bundle directory {str(directory)!r} does not exist")
+    path = directory / MANIFEST_NAME
+    if not path.exists():
+        raise BundleError(f"{directory} is not a tsopt bundle: it has no {MANIFEST_NAME}")
+    doc = _load_json(path, "the bundle manifest cannot be read")
+    manifest = manifest_from_dict(doc, str(path))
+    if check_artifacts:
+        for c in manifest.candidates:
+            check_artifact(directory / c.artifact, c.genome_hash, manifest.problem, manifest.arch)
+    return manifest
+
+
+def results_from_dict(
+    doc: Any, manifest: BundleManifest | None = None, where: str = RESULTS_NAME,
+) -> BundleResults:
+    """Validate a results document (against its manifest when given)."""
+    _check_header(doc, where, RESULTS_FORMAT)
+    bundle_id = _require(doc, "bundle_id", str, where)
+    run_id = _require(doc, "run_id", str, where)
+    _check_uuid(run_id, "run_id", where)
+    if manifest is not None and bundle_id != manifest.bundle_id:
+        raise BundleError(
+            f"{where} belongs to bundle {bundle_id}, but the manifest is bundle "
+            f"{manifest.bundle_id}: mismatched results"
+        )
+    text = {k: doc.get(k, "") for k in ("device", "driver", "cuda", "torch", "started_at",
+                                         "updated_at")}
+    for key, value in text.items():
+        if not isinstance(value, str):
+            raise BundleError(f"{where}: field {key!r} has the wrong type ({value!r})")
+    settings = doc.get("settings", {})
+    environment = doc.get("environment", {})
+    if not isinstance(settings, dict) or not isinstance(environment, dict):
+        raise BundleError(f"{where}: settings and environment must be objects")
+    baselines = _baselines(_require(doc, "baselines", list, where), "baselines", where)
+    timings = doc.get("baseline_timings", [])
+    if not isinstance(timings, list):
+        raise BundleError(f"{where}: field 'baseline_timings' has the wrong type ({timings!r})")
+    baseline_timings = _baselines(timings, "baseline_timings", where)
+    measurements = []
+    for i, m in enumerate(_require(doc, "measurements", list, where)):
+        try:
+            measurements.append(Measurement.from_dict(m))
+        except (TypeError, ValueError) as exc:
+            raise BundleError(f"{where}: measurements[{i}]: {exc}") from None
+    if manifest is not None:
+        for i, m in enumerate(measurements):
+            if manifest.candidate(m.genome_hash) is None:
+                raise BundleError(
+                    f"{where}: measurements[{i}] is of genome {m.genome_hash[:12]}..., which the "
+                    "manifest does not list: mismatched results"
+                )
+            if m.problem_key != manifest.problem.key:
+                raise BundleError(
+                    f"{where}: measurements[{i}] is for problem {m.problem_key!r}, the manifest "
+                    f"for {manifest.problem.key!r}: mismatched results"
+                )
+    return BundleResults(
+        bundle_id=bundle_id, run_id=run_id, settings=settings, environment=environment,
+        baselines=baselines, measurements=measurements, baseline_timings=baseline_timings,
+        **text,
+    )
+
+
+def _baselines(docs: list[Any], key: str, where: str) -> list[Baseline]:
+    baselines = []
+    for i, b in enumerate(docs):
+        try:
+            baselines.append(Baseline.from_dict(b))
+        except (TypeError, ValueError) as exc:
+            raise BundleError(f"{where}: {key}[{i}]: {exc}") from None
+    return baselines
+
+
+def read_results(directory: Path, manifest: BundleManifest | None = None) -> BundleResults | None:
+    """``results.json`` validated, or None when the bundle has not been measured yet."""
+    path = Path(directory) / RESULTS_NAME
+    if not path.exists():
+        return None
+    return results_from_dict(_load_json(path, "delete it to measure again"), manifest, str(path))
+
+
+def write_results(directory: Path, results: BundleResults) -> Path:
+    results.updated_at = utc_now()
+    return atomic_write_json(Path(directory) / RESULTS_NAME, results.to_dict())
+
+
+# -- writing -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BundleEntry:
+    """A built candidate to put in a bundle."""
+
+    genome: Genome
+    artifact_dir: Path
+    origin: str | None = None
+
+
+BUNDLED_FILES = (ARTIFACT_MANIFEST, LIBRARY_NAME, "genome.json", "build.json")
+"""What a GPU machine needs of an artifact; the object, cubin and header stay in the build
+cache (a bundle travels, and hundreds of candidates must fit in one transfer)."""
+
+
+def _copy_artifact(src: Path, dst: Path) -> None:
+    # Copy beside the target and rename: a bundle never holds half an artifact.
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for name in BUNDLED_FILES:
+        if (src / name).exists():
+            shutil.copy2(src / name, tmp / name)
+    if dst.exists():
+        shutil.rmtree(dst)
+    os.replace(tmp, dst)
+
+
+def write_bundle(
+    directory: Path, *, study: str, space: str, problem: Problem, arch: str,
+    candidates: Iterable[BundleEntry | tuple[Genome, Path]], append: bool = False,
+) -> BundleManifest:
+    """Create a bundle (or, with ``append``, add candidates to one): copy artifacts, write manifest.
+
+    Each artifact must have been built for its genome, ``problem`` and ``arch``. Raises
+    :class:`BundleError` when the directory already holds a bundle (without ``append``), when
+    an appended bundle is for another study/space/problem/arch, or an artifact mismatches.
+    """
+    directory = Path(directory)
+    existing: BundleManifest | None = None
+    if (directory / MANIFEST_NAME).exists():
+        if not append:
+            raise BundleError(
+                f"{directory} already holds a bundle; add to it with append=True or choose "
+                "another directory"
+            )
+        existing = read_manifest(directory, check_artifacts=False)
+        mine = (study, space, problem.key, arch)
+        theirs = (existing.study, existing.space, existing.problem.key, existing.arch)
+        if mine != theirs:
+            raise BundleError(
+                f"{directory} is a bundle of {'/'.join(theirs)}, cannot append {'/'.join(mine)}"
+            )
+    manifest = existing or BundleManifest(
+        bundle_id=str(uuid.uuid4()), study=study, space=space, problem=problem, arch=arch,
+        created_at=utc_now(), candidates=(),
+    )
+    (directory / ARTIFACTS_DIR).mkdir(parents=True, exist_ok=True)
+    listed: dict[str, BundleCandidate] = {c.genome_hash: c for c in manifest.candidates}
+    for item in candidates:
+        entry = item if isinstance(item, BundleEntry) else BundleEntry(item[0], Path(item[1]))
+        genome = entry.genome
+        if genome.space != space:
+            raise BundleError(f"genome {genome.short_hash} is of space {genome.space!r}, "
+                              f"the bundle of space {space!r}")
+        candidate = BundleCandidate(genome.hash, f"{ARTIFACTS_DIR}/{genome.hash}", genome,
+                                    entry.origin)
+        check_artifact(Path(entry.artifact_dir), genome.hash, problem, arch)
+        _copy_artifact(Path(entry.artifact_dir), directory / candidate.artifact)
+        listed[genome.hash] = candidate
+    manifest = BundleManifest(
+        manifest.bundle_id, study, space, problem, arch, manifest.created_at,
+        tuple(listed.values()),
+    )
+    atomic_write_json(directory / MANIFEST_NAME, manifest.to_dict())
+    return manifest

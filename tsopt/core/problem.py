@@ -1,0 +1,177 @@
+"""The problem a kernel is tuned for: an op, a dtype and its sizes; and the op registry.
+
+An op is one entry of :data:`OP_SPECS`: its sizes (with the help the command line shows),
+the bytes it must move and the flops it must do, and the default problem that ``tsopt
+verify`` and ``tsopt spaces`` use. Adding an op is one entry here, plus its torch reference
+and baseline on the measuring side (``tsopt.workers.reference``).
+
+Standard library only (the GPU runner reads problems from manifests).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+DTYPES: dict[str, int] = {"fp16": 2, "bf16": 2}
+"""Supported element types and their size in bytes."""
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op tsopt tunes: its sizes in order, what each means, and its cost model."""
+
+    name: str
+    sizes: tuple[tuple[str, str], ...]  # (size name, help for the command line)
+    default_problem: str  # e.g. "copy:fp16:4096x4096"
+    default_dtype: str
+    bytes_moved: Callable[[dict[str, int], int], int]  # (sizes, element bytes) -> bytes
+    flops: Callable[[dict[str, int]], int]
+    summary: str
+
+    @property
+    def size_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.sizes)
+
+
+OP_SPECS: dict[str, OpSpec] = {
+    "copy": OpSpec(
+        "copy",
+        (("rows", "Rows of the 2-D tensor."), ("cols", "Columns of the 2-D tensor (contiguous).")),
+        "copy:fp16:4096x4096", "fp16",
+        lambda s, e: 2 * s["rows"] * s["cols"] * e,
+        lambda s: 0,
+        "device-to-device copy of a 2-D tensor (baseline: torch copy)",
+    ),
+    "gemm": OpSpec(
+        "gemm",
+        (("m", "Rows of A and D."), ("n", "Rows of B, columns of D."),
+         ("k", "Columns of A and B (the reduction).")),
+        "gemm:bf16:8192x8192x8192", "bf16",
+        lambda s, e: (s["m"] * s["k"] + s["n"] * s["k"] + s["m"] * s["n"]) * e,
+        lambda s: 2 * s["m"] * s["n"] * s["k"],
+        "D = A @ B^T, fp32 accumulation (baseline: cuBLAS through torch.matmul)",
+    ),
+}
+"""The ops tsopt tunes, by name."""
+
+OPS: dict[str, tuple[str, ...]] = {name: spec.size_names for name, spec in OP_SPECS.items()}
+"""Each op and the names of its sizes, in order."""
+
+
+class ProblemError(ValueError):
+    """A problem is malformed or not supported; the message names the bad value."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An op on concrete sizes, e.g. ``copy fp16 rows=4096 cols=4096``."""
+
+    op: str
+    dtype: str
+    dims: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ProblemError(f"unknown op {self.op!r}; known: {', '.join(OPS)}")
+        if self.dtype not in DTYPES:
+            raise ProblemError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
+        names = tuple(name for name, _ in self.dims)
+        if names != OPS[self.op]:
+            raise ProblemError(f"{self.op} needs sizes {OPS[self.op]}, got {names}")
+        for name, value in self.dims:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ProblemError(f"{name}={value!r} is not an integer")
+            if value <= 0:
+                raise ProblemError(f"{name}={value} must be positive")
+
+    @classmethod
+    def of(cls, op: str, dtype: str, **sizes: int) -> Problem:
+        if op not in OPS:
+            raise ProblemError(f"unknown op {op!r}; known: {', '.join(OPS)}")
+        missing = [n for n in OPS[op] if n not in sizes]
+        extra = [n for n in sizes if n not in OPS[op]]
+        if missing or extra:
+            raise ProblemError(f"{op} needs sizes {OPS[op]}; missing {missing}, unexpected {extra}")
+        return cls(op, dtype, tuple((n, sizes[n]) for n in OPS[op]))
+
+    def __getitem__(self, name: str) -> int:
+        for key, value in self.dims:
+            if key == name:
+                return value
+        raise KeyError(f"{self.op} problem has no size {name!r}")
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return dict(self.dims)
+
+    @property
+    def element_bytes(self) -> int:
+        return DTYPES[self.dtype]
+
+    @property
+    def key(self) -> str:
+        """Stable short name, e.g. ``copy-fp16-4096x4096``."""
+        return f"{self.op}-{self.dtype}-" + "x".join(str(v) for _, v in self.dims)
+
+    @property
+    def bytes_moved(self) -> int:
+        """Fewest bytes through device memory: each input read once, output written once."""
+        return OP_SPECS[self.op].bytes_moved(self.sizes, self.element_bytes)
+
+    @property
+    def flops(self) -> int:
+        return OP_SPECS[self.op].flops(self.sizes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "dtype": self.dtype, **self.sizes}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Problem:
+        if not isinstance(doc, dict):
+            raise ProblemError(f"problem must be an object, got {doc!r}")
+        doc = dict(doc)
+        op, dtype = doc.pop("op", None), doc.pop("dtype", None)
+        if not isinstance(op, str) or not isinstance(dtype, str):
+            raise ProblemError(
+                f"problem needs string 'op' and 'dtype', got op={op!r} dtype={dtype!r}"
+            )
+        return cls.of(op, dtype, **doc)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.dtype} " + " ".join(f"{k}={v}" for k, v in self.dims)
+
+
+def parse_problem_spec(spec: str) -> Problem:
+    """``copy:fp16:4096x4096`` / ``gemm:bf16:8192x8192x8192`` -> Problem; raises ProblemError
+    naming the bad part."""
+    parts = spec.split(":")
+    if len(parts) != 3:
+        raise ProblemError(f"problem {spec!r} is not of the form op:dtype:AxB[xC]")
+    op, dtype, sizes = parts
+    try:
+        values = [int(v) for v in sizes.lower().split("x")]
+    except ValueError:
+        raise ProblemError(
+            f"problem {spec!r}: sizes {sizes!r} are not integers like 4096x4096"
+        ) from None
+    if op not in OP_SPECS:
+        raise ProblemError(f"problem {spec!r}: unknown op {op!r}; known: {', '.join(OP_SPECS)}")
+    names = OPS[op]
+    if len(values) != len(names):
+        raise ProblemError(f"problem {spec!r}: {op} needs {len(names)} sizes ({'x'.join(names)})")
+    try:
+        return Problem.of(op, dtype, **dict(zip(names, values, strict=True)))
+    except ProblemError as exc:
+        raise ProblemError(f"problem {spec!r}: {exc}") from None
+
+
+def default_problem(op: str) -> Problem:
+    """The op's default problem (what ``tsopt verify`` judges a genome on when none is given)."""
+    if op not in OP_SPECS:
+        raise ProblemError(f"unknown op {op!r}; known: {', '.join(OP_SPECS)}")
+    return parse_problem_spec(OP_SPECS[op].default_problem)

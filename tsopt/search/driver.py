@@ -1,0 +1,727 @@
+"""The search driver: Optuna ask/tell over a space, candidates through verify, build, measure.
+
+::
+
+    ask ──▶ suggest (genome) ──▶ seen before? ──yes──▶ tell the known outcome (never rebuilt
+     ▲                               │ no                 or re-measured)
+     │                               ▼
+     │                 evaluate: verify + build  (in process, in a build process, or a Ray task)
+     │                               │
+     │        rejected ─▶ PRUNED     │ built        failed ─▶ FAIL
+     │                               ▼
+     │                 measure (a GPU here or a Ray actor per GPU) ─▶ ok: tell the time;
+     │                               │                                wrong/hang/crash: FAIL
+     │                               └─ no GPU: bundle it; the trial waits for `tsopt ingest`
+     └──────────── refill while budgets last (trials, time, patience, grid) ─────────────┘
+
+Batches are sized to the workers: as many candidates are in flight as there are
+build slots (one when serial), and asking pauses while the GPUs' queue is
+long. Every outcome is recorded before it is told, and told with its reason
+(``rejected``, ``build_error``, ``measure_failed``, ``duplicate_of``).
+
+Resume: ``--trials N`` is the study's total. A run starts by finishing what a
+killed or interrupted run left: every trial still RUNNING (except those
+waiting in a bundle when there is no GPU to measure them) is taken up again
+with its genome re-derived from its stored parameters, and whatever the
+database already holds for that candidate (verdict, build, measurement) is
+used as is, so nothing is built or measured twice. Ctrl-C stops asking,
+lets the candidates in flight finish, marks the study ``interrupted`` and
+returns 130; a second Ctrl-C stops at once (the next run resumes).
+A build that fails or a worker that dies after the Ctrl-C is not recorded (the
+signal may have reached the compiler or the worker): its trial stays RUNNING and
+the next run takes it up.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome
+from tsopt.core.records import BuildResult, Measurement, Verdict
+from tsopt.db.models import ORIGINS
+from tsopt.search.pipeline import (
+    EvaluateRequest,
+    Evaluation,
+    MeasureQueue,
+    evaluate,
+    space_target,
+    verdict_key_of,
+)
+from tsopt.search.progress import TuneProgress, TuneStats, print_summary
+
+if TYPE_CHECKING:
+    from tsopt.core.space import SearchSpace
+    from tsopt.db.store import Store
+    from tsopt.db.views import CandidateInfo
+    from tsopt.search.tune import TuneRequest
+
+POLL_S = 0.2
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a trial is told: a time (COMPLETE) or a state (PRUNED/FAIL) and its reasons."""
+
+    value: float | None = None
+    state: str = "complete"  # complete | pruned | fail
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def duplicate(self, of: str) -> Outcome:
+        return Outcome(self.value, self.state, {**self.attrs, "duplicate_of": of})
+
+
+def outcome_of(verdict: Verdict | None, build: BuildResult | None,
+               measurement: Measurement | None) -> Outcome | None:
+    """The outcome recorded so far, or None while the candidate is unfinished."""
+    if verdict is None:
+        return None
+    if not verdict.valid:
+        return Outcome(state="pruned",
+                       attrs={"rejected": f"{verdict.rule}: {verdict.message}"[:500]})
+    if build is None:
+        return None
+    if not build.ok:
+        return Outcome(state="fail", attrs={"build_error": (build.error or "")[:500]})
+    if measurement is None:
+        return None
+    if measurement.status == "ok" and measurement.median_us is not None:
+        return Outcome(value=measurement.median_us)
+    first = (measurement.error or "").strip().splitlines()[0] if measurement.error else ""
+    return Outcome(state="fail",
+                   attrs={"measure_failed": f"{measurement.status}: {first}"[:500]})
+
+
+@dataclass
+class Job:
+    """One candidate of this run: its trial (None for the seed) and what is known so far."""
+
+    genome: Genome
+    candidate_id: int
+    origin: str
+    trial: Any = None
+    verdict: Verdict | None = None
+    build: BuildResult | None = None
+    measurement: Measurement | None = None
+    outcome: Outcome | None = None
+    awaiting: bool = False
+    waiters: list[Any] = field(default_factory=list)  # duplicate trials asked meanwhile
+
+    @property
+    def number(self) -> int | None:
+        return None if self.trial is None else int(self.trial.number)
+
+    @property
+    def label(self) -> str:
+        return "seed" if self.trial is None else f"trial {self.trial.number}"
+
+
+class SerialPool:
+    """Evaluates in this process, one candidate at a time (``--workers 0``)."""
+
+    slots = 1
+
+    def __init__(self) -> None:
+        self._done: list[tuple[Any, Evaluation | str]] = []
+
+    def free(self) -> int:
+        return 0 if self._done else 1
+
+    def busy(self) -> int:
+        return len(self._done)
+
+    def submit(self, tag: Any, request: EvaluateRequest) -> None:
+        self._done.append((tag, evaluate(request)))
+
+    def poll(self, timeout: float) -> list[tuple[Any, Evaluation | str]]:
+        done, self._done = self._done, []
+        return done
+
+    def close(self) -> None:
+        self._done.clear()
+
+
+class InlineMeasurePool(MeasureQueue):
+    """Measures on this machine's GPU through one persistent watchdog measurer."""
+
+    slots = 1
+
+    def __init__(self, runs: int = 50, warmup: int = 10, checks: int = 2) -> None:
+        super().__init__()
+        self.runs, self.warmup, self.checks = runs, warmup, checks
+        self.measurer: Any = None
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def poll(self, timeout: float) -> list[tuple[Any, int, dict[str, Any] | str]]:
+        from tsopt.core.problem import Problem
+        from tsopt.workers.watchdog import MeasureError, open_measurer
+
+        if not self._queue:
+            return []
+        tag, artifact_dir, genome_hash, problem_doc = self._queue.popleft()
+        problem = Problem.from_dict(problem_doc)
+        start = time.monotonic()
+        try:
+            if self.measurer is None:
+                self.measurer = open_measurer("worker", self.runs, self.warmup, self.checks)
+            measured = self.measurer.measure(Path(artifact_dir), genome_hash, problem)
+        except MeasureError as exc:
+            return [(tag, 0, {"error": str(exc)})]
+        probe = self.measurer.probes.get(problem.key)
+        return [(tag, 0, {"measurement": measured.to_dict(),
+                          "baseline": probe.baseline.to_dict() if probe is not None else None,
+                          "pid": self.measurer.last_pid, "seconds": time.monotonic() - start})]
+
+    def close(self) -> list[str]:
+        if self.measurer is None:
+            return []
+        self.measurer.close()
+        summary = self.measurer.stats.summary()
+        self.measurer = None
+        return [summary]
+
+
+def _gpu_here(mode: str) -> bool:
+    if mode == "never":
+        return False
+    from tsopt.workers.watchdog import gpu_present
+
+    present = gpu_present()
+    if mode == "always" and not present:
+        raise UserInputError("measurement was requested but no GPU is present on this machine")
+    return present
+
+
+class Driver:
+    """One ``tsopt tune`` run over one study (see the module doc)."""
+
+    def __init__(self, request: TuneRequest, console: Console,
+                 measure_pool: Any = None, sampler: Any = None) -> None:
+        """``measure_pool`` replaces the GPU measuring (tests on machines with no GPU);
+        ``sampler`` replaces the Optuna sampler named by the request (scripts)."""
+        self.request = request
+        self.injected_measure_pool = measure_pool
+        self.injected_sampler = sampler
+        self.console = console
+        self.stats = TuneStats()
+        self.jobs: dict[str, Job] = {}
+        self.to_evaluate: deque[Job] = deque()
+        self.to_bundle: list[Job] = []
+        self.interrupted = False
+        self.stop_reason: str | None = None
+        self.asked = 0
+        self.best_value: float | None = None
+        self.since_best = 0
+        self.run_ids: dict[int, str] = {}
+        self.baselines_recorded: set[tuple[str, str]] = set()
+        self.cluster: Any = None
+        self.pool: Any = None
+        self.measure_pool: Any = None
+        self.started = time.monotonic()
+
+    # -- set-up ----------------------------------------------------------------------------
+    def run(self) -> int:
+        """The main job; returns the exit code (0 done, 1 nothing valid could be built,
+        130 interrupted)."""
+        import optuna
+
+        from tsopt.core.dsl_env import ensure_arch
+        from tsopt.core.registry import get_space
+        from tsopt.db.store import Store
+        from tsopt.search.samplers import KnobView, make_sampler, parse_restrictions
+
+        request = self.request
+        request.validate()
+        ensure_arch(request.arch)
+        space = get_space(request.space)
+        space.check_problem(request.problem)
+        if request.arch not in space.archs:
+            raise UserInputError(f"--arch {request.arch!r}: space {space.name!r} builds for "
+                                 f"{', '.join(space.archs)}")
+        self.space: SearchSpace = space
+        self.target = space_target(request.space)
+        knobs = space.knobs(request.problem)
+        self.view = KnobView.of(space, request.problem, request.sampler,
+                                parse_restrictions(request.knobs, knobs))
+
+        self.store: Store = Store(request.db_url)
+        self.name = request.study_name()
+        info = self.store.create_or_get_study(
+            self.name, space.name, request.problem, request.arch, request.sampler,
+            {"trials": request.trials, "time_budget_s": request.time_budget_s,
+             "seed": request.seed, "knobs": list(request.knobs)},
+        )
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.create_study(
+            study_name=self.name, storage=self.store.optuna_storage(), direction="minimize",
+            load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=request.seed))
+        trials = self.study.get_trials(deepcopy=False)
+        # A resumed run must not replay the first run's random stream (its proposals would all
+        # be known genomes): the seed moves on with the study's length, deterministically.
+        # Not the grid's: its seed orders the grid points, which trials refer to by number.
+        seed = request.seed if request.sampler == "grid" else resumed_seed(request.seed,
+                                                                            len(trials))
+        self.sampler = self.injected_sampler or make_sampler(request.sampler, seed, self.view)
+        self.study.sampler = self.sampler
+        recorded_knobs = list(info.config.get("knobs", []))
+        if trials and recorded_knobs != list(request.knobs):
+            raise UserInputError(
+                f"study {self.name!r} was run with knob restrictions {recorded_knobs or 'none'}; "
+                f"this run asks for {list(request.knobs) or 'none'}: Optuna cannot change a "
+                "parameter's choices within a study; pass --study NAME for a new one")
+        self.store.set_study_status(self.name, "running")
+        self.recorded: dict[str, CandidateInfo] = {c.genome_hash: c
+                                                   for c in self.store.candidates(self.name)}
+        self.asked = sum(1 for t in trials if t.state != optuna.trial.TrialState.WAITING)
+        self._patience_history(trials)
+        self.bundle_dir = request.bundle_dir or Path(".tsopt") / "bundles" / self.name
+        if request.warm_start and not trials:
+            self._warm_start()
+        interrupted_before = signal.getsignal(signal.SIGINT)
+        code = EXIT_INTERRUPTED
+        try:
+            signal.signal(signal.SIGINT, self._on_sigint)
+            self._start_workers()
+            code = self._search()
+        finally:
+            signal.signal(signal.SIGINT, interrupted_before)
+            self._close_workers()
+            status = "interrupted" if code == EXIT_INTERRUPTED else "finished"
+            try:
+                self.store.set_study_status(self.name, status)
+            finally:
+                self.store.close()
+        return code
+
+    def _on_sigint(self, _signum: int, _frame: Any) -> None:
+        if self.interrupted:
+            raise KeyboardInterrupt
+        self.interrupted = True
+        self.console.print("[yellow]interrupted:[/] no new trials; finishing the ones started "
+                           "(Ctrl-C again to stop at once; the same command resumes)")
+
+    def _patience_history(self, trials: list[Any]) -> None:
+        for trial in sorted(trials, key=lambda t: t.number):
+            if not trial.state.is_finished():
+                continue
+            self._count_for_patience(trial.value if trial.state.name == "COMPLETE" else None)
+
+    def _count_for_patience(self, value: float | None) -> None:
+        if value is not None and (self.best_value is None or value < self.best_value):
+            self.best_value, self.since_best = value, 0
+        elif self.best_value is not None:
+            self.since_best += 1
+
+    def _warm_start(self) -> None:
+        from tsopt.search.warm_start import enqueue, nearby_best
+
+        starts = nearby_best(self.store, self.space.name, self.request.problem,
+                             self.request.arch, exclude=self.name)
+        if not starts:
+            return
+        count = enqueue(self.study, self.space, self.view, starts)
+        sources = sorted({(s.distance, s.study) for s in starts})
+        self.console.print(
+            f"warm start: {count} genome{'s' if count != 1 else ''} from "
+            + ", ".join(f"{name} (distance {d:.2f})" for d, name in sources), highlight=False)
+
+    def _start_workers(self) -> None:
+        request = self.request
+        if self.injected_measure_pool is not None:
+            self.measure_pool = self.injected_measure_pool
+            kind = str(getattr(self.measure_pool, "name", "injected"))
+            self.run_ids = {i: f"{kind}-{uuid.uuid4()}-{i}"
+                            for i in range(self.measure_pool.slots)}
+        if request.pool == "processes":
+            from tsopt.search.pools.process_pool import ProcessBuildPool
+
+            self.pool = ProcessBuildPool(request.workers)
+            if self.measure_pool is None and _gpu_here(request.measure):
+                self.measure_pool = InlineMeasurePool()
+                self.run_ids = {0: f"inline-{uuid.uuid4()}"}
+            measuring = ("measuring on this machine's GPU" if self.measure_pool is not None
+                         else "nothing measured here: built candidates go to the bundle")
+            self.console.print(f"workers: {self.pool.slots} build processes on this machine "
+                               f"({measuring})", highlight=False)
+        elif request.workers > 0 or request.ray_address:
+            from tsopt.search.pools.ray_pool import RayBuildPool, RayMeasurePool, start_ray
+
+            self.cluster = start_ray(request.ray_address, request.workers, request.arch)
+            slots = request.workers or max(1, self.cluster.cpus)
+            self.pool = RayBuildPool(slots)
+            gpus = self.cluster.gpus if request.measure != "never" else 0
+            if request.measure == "always" and not gpus:
+                raise UserInputError("measurement was requested but the Ray cluster has no GPU")
+            if gpus and self.measure_pool is None:
+                self.measure_pool = RayMeasurePool(gpus)
+                self.run_ids = {i: f"ray-{uuid.uuid4()}-gpu{i}" for i in range(gpus)}
+            where = request.ray_address or "a local Ray cluster"
+            self.console.print(f"workers: {slots} build slots on {where} "
+                               f"({self.cluster.cpus} CPUs, {self.cluster.gpus} GPUs)",
+                               highlight=False)
+        else:
+            self.pool = SerialPool()
+            if self.measure_pool is None and _gpu_here(request.measure):
+                self.measure_pool = InlineMeasurePool()
+                self.run_ids = {0: f"inline-{uuid.uuid4()}"}
+
+    def _close_workers(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        if self.measure_pool is not None:
+            for summary in self.measure_pool.close():
+                self.console.print(summary, highlight=False)
+        if self.cluster is not None:
+            from tsopt.search.pools.ray_pool import stop_ray
+
+            stop_ray(self.cluster)
+
+    # -- the loop --------------------------------------------------------------------------
+    def _search(self) -> int:
+        request = self.request
+        title = f"tune {self.space.name} {request.problem}"
+        with TuneProgress(self.console, self.stats, title, request.trials,
+                          self.asked) as progress:
+            self._resume()
+            while True:
+                self._fill()
+                timeout = POLL_S if self.pool.busy() else 0.0
+                for job, evaluation in self.pool.poll(timeout):
+                    self._evaluated(job, evaluation)
+                if self.measure_pool is not None:
+                    busy = self.pool.busy() or self.to_evaluate
+                    for job, index, result in self.measure_pool.poll(0.0 if busy else POLL_S):
+                        self._measured(job, index, result)
+                self._flush_bundle()
+                progress.update(self.asked, self._time_left())
+                if self._idle() and not self._may_ask():
+                    break
+        seconds = time.monotonic() - self.started
+        if self.interrupted:
+            self.console.print(f"study {self.name} interrupted after {seconds:.1f} s; run the "
+                               "same command again to resume it", highlight=False)
+            return EXIT_INTERRUPTED
+        if self.stop_reason and self.stop_reason != "trials":
+            self.console.print(f"stopped: {self.stop_reason}", highlight=False)
+        print_summary(self.console, self.store, self.name, self.stats,
+                      self.measure_pool is not None, self.bundle_dir, seconds)
+        # A run whose proposals were all rejected did its job; one that built nothing valid not.
+        return 1 if self.stats.valid and not self.stats.built else 0
+
+    def _time_left(self) -> float | None:
+        budget = self.request.time_budget_s
+        return None if budget is None else budget - (time.monotonic() - self.started)
+
+    def _idle(self) -> bool:
+        measuring = self.measure_pool.pending() if self.measure_pool is not None else 0
+        return not (self.pool.busy() or self.to_evaluate or measuring or self.to_bundle)
+
+    def _may_ask(self) -> bool:
+        from tsopt.search.samplers import grid_exhausted
+
+        request = self.request
+        if self.interrupted or self.stop_reason:
+            return False
+        if self.asked >= request.trials:
+            self.stop_reason = "trials"
+        elif request.time_budget_s is not None and (
+                time.monotonic() - self.started > request.time_budget_s):
+            self.stop_reason = f"time budget of {request.time_budget_s:.0f} s reached"
+        elif (request.patience is not None and self.best_value is not None
+              and self.since_best >= request.patience):
+            self.stop_reason = (f"{self.since_best} trials without improvement "
+                                f"(--patience {request.patience})")
+        elif request.sampler == "grid" and (self.asked >= self.view.grid_size()
+                                            or grid_exhausted(self.sampler, self.study)):
+            self.stop_reason = "grid exhausted: every knob combination was proposed"
+        if self.stop_reason:
+            return False
+        # Backpressure: proposals wait while the GPUs have a queue (the sampler learns more).
+        if self.measure_pool is not None:
+            return bool(self.measure_pool.pending() < 2 * max(self.pool.slots,
+                                                              self.measure_pool.slots))
+        return True
+
+    def _fill(self) -> None:
+        while self.pool.free() > 0:
+            if self.to_evaluate:
+                self._submit(self.to_evaluate.popleft())
+                continue
+            if not self._may_ask():
+                return
+            trial = self.study.ask()
+            self.asked += 1
+            self._admit(trial)
+
+    # -- candidates ------------------------------------------------------------------------
+    def _resume(self) -> None:
+        """Take up what an earlier run left: the seed, then every unfinished trial."""
+        import optuna
+
+        seed = self.space.seed_genome(self.request.problem)
+        recorded = self.recorded.get(seed.hash)
+        if recorded is None or outcome_of(recorded.verdict, recorded.build,
+                                          recorded_measurement(recorded)) is None:
+            candidate_id = (recorded.id if recorded is not None
+                            else self.store.add_candidate(self.name, seed, "seed", None))
+            job = Job(seed, candidate_id, "seed")
+            if recorded is not None:
+                job.verdict, job.build = recorded.verdict, recorded.build
+            self.jobs[seed.hash] = job
+            self._advance(job)
+        stale = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        resumed = 0
+        for frozen in sorted(stale, key=lambda t: t.number):
+            if "awaiting_measurement" in frozen.user_attrs and self.measure_pool is None:
+                continue  # measured by `tsopt measure` + `tsopt ingest`
+            trial = optuna.trial.Trial(self.study, frozen._trial_id)
+            self._admit(trial)
+            resumed += 1
+        if resumed:
+            self.console.print(f"resuming study {self.name}: {resumed} unfinished trial"
+                               f"{'s' if resumed != 1 else ''} taken up again", highlight=False)
+
+    def _admit(self, trial: Any) -> None:
+        """Derive the trial's genome; tell a duplicate's known outcome, else start its job."""
+        origin = str(trial.user_attrs.get("origin", "suggest"))
+        try:
+            genome = self.space.suggest(self.view.wrap(trial), self.request.problem)
+        except (ValueError, KeyError) as exc:
+            self._tell(trial, Outcome(state="fail", attrs={"suggest_error": str(exc)[:500]}))
+            return
+        self.stats.proposed += 1
+        trial.set_user_attr("genome_hash", genome.hash)
+        current = self.jobs.get(genome.hash)
+        if current is not None and current.number != trial.number:
+            self.stats.duplicates += 1
+            if current.outcome is not None or current.awaiting:
+                self._tell(trial, self._duplicate_outcome(current.outcome, current.label))
+            else:
+                current.waiters.append(trial)
+            return
+        recorded = self.recorded.get(genome.hash)
+        if recorded is not None and recorded.trial_number != trial.number:
+            self.stats.duplicates += 1
+            label = "seed" if recorded.origin == "seed" else f"trial {recorded.trial_number}"
+            known = outcome_of(recorded.verdict, recorded.build, recorded_measurement(recorded))
+            self._tell(trial, self._duplicate_outcome(known, label))
+            return
+        candidate_id = (recorded.id if recorded is not None
+                        else self.store.add_candidate(self.name, genome, origin
+                                                      if origin in ORIGINS else "suggest",
+                                                      trial.number))
+        job = Job(genome, candidate_id, origin, trial)
+        if recorded is not None:
+            job.verdict, job.build, job.measurement = (recorded.verdict, recorded.build,
+                                                       recorded_measurement(recorded))
+        self.jobs[genome.hash] = job
+        self._advance(job)
+
+    @staticmethod
+    def _duplicate_outcome(known: Outcome | None, label: str) -> Outcome:
+        if known is None:
+            return Outcome(state="fail", attrs={"duplicate_of": label,
+                                                "fail_reason": f"duplicate of {label}, which "
+                                                "awaits measurement"})
+        return known.duplicate(label)
+
+    def _advance(self, job: Job) -> None:
+        """Send the job to the stage it needs next (or finish it from what is recorded)."""
+        outcome = outcome_of(job.verdict, job.build, job.measurement)
+        if outcome is not None:
+            self._finish(job, outcome)
+            return
+        built = job.build is not None and job.build.ok and bool(job.build.artifact_dir) and \
+            Path(job.build.artifact_dir or "").exists()
+        if job.verdict is None or not built:
+            self.to_evaluate.append(job)
+            return
+        self._to_measure(job)
+
+    def _submit(self, job: Job) -> None:
+        request = self.request
+        known_ts = None
+        key = verdict_key_of(self.space, job.genome, request.problem)
+        if key is not None:
+            found = self.store.find_verdict(self.space.name, key)
+            known_ts = found.to_dict() if found is not None else None
+        self.pool.submit(job, EvaluateRequest(
+            space_target=self.target, genome_json=job.genome.to_json(),
+            problem=request.problem.to_dict(), arch=request.arch,
+            cache_dir=str(Path(request.cache_dir).resolve()), known_ts=known_ts))
+
+    def _evaluated(self, job: Job, evaluation: Evaluation | str) -> None:
+        if isinstance(evaluation, str):
+            self._worker_failed(job, evaluation)
+            return
+        verdict, build = evaluation.verdict, evaluation.build
+        for step, seconds in evaluation.seconds.items():
+            self.stats.seconds[step] = self.stats.seconds.get(step, 0.0) + seconds
+        if job.verdict is None:
+            self.store.record_verdict(job.candidate_id, self.space.name, evaluation.verdict_key,
+                                      verdict)
+        job.verdict = verdict
+        if not verdict.valid:
+            self.stats.rejected[verdict.rule or "?"] += 1
+            self._finish(job, outcome_of(verdict, None, None) or Outcome(state="pruned"))
+            return
+        self.stats.valid += 1
+        if build is None:
+            return
+        if not build.ok and self.interrupted:
+            return  # maybe killed by the Ctrl-C itself: not recorded, the next run builds it
+        self.store.record_build(job.candidate_id, build)
+        job.build = build
+        if not build.ok:
+            self.stats.build_failed += 1
+            self._finish(job, outcome_of(verdict, build, None) or Outcome(state="fail"))
+            return
+        self.stats.built += 1
+        self.stats.build_cache_hits += build.cache_hit
+        self._to_measure(job)
+
+    def _worker_failed(self, job: Job, why: str) -> None:
+        """A worker (a Ray task or a build process) died twice on this candidate: record its
+        verdict (judged here) and a failed build, and tell the trial FAIL."""
+        from tsopt.build.builder import cache_key
+        from tsopt.verify.verifier import VerdictCache, verdict_cache_key, verify_genome
+
+        if self.interrupted:
+            return  # the Ctrl-C may have reached the worker: the next run takes it up
+        self.stats.worker_failures += 1
+        problem = self.request.problem
+        if job.verdict is None:
+            verdict = verify_genome(job.genome, problem, space=self.space,
+                                    cache=VerdictCache(lookup=self.store.find_verdict))
+            key = (verdict_cache_key(self.space, job.genome, problem, verdict.domain)
+                   if verdict.stage != "dataflow" else f"dataflow:{job.genome.hash}")
+            self.store.record_verdict(job.candidate_id, self.space.name, key, verdict)
+            job.verdict = verdict
+        if not job.verdict.valid:
+            self.stats.rejected[job.verdict.rule or "?"] += 1
+            self._finish(job, outcome_of(job.verdict, None, None) or Outcome(state="pruned"))
+            return
+        self.stats.valid += 1
+        build = BuildResult(
+            genome_hash=job.genome.hash, problem_key=problem.key, arch=self.request.arch,
+            status="error", error=why,
+            cache_key=cache_key(job.genome, problem, self.request.arch,
+                                self.space.source_digest()))
+        self.store.record_build(job.candidate_id, build)
+        job.build = build
+        self.stats.build_failed += 1
+        self._finish(job, outcome_of(job.verdict, build, None) or Outcome(state="fail"))
+
+    def _to_measure(self, job: Job) -> None:
+        assert job.build is not None and job.build.artifact_dir
+        if self.measure_pool is not None:
+            self.measure_pool.submit(job, job.build.artifact_dir, job.genome.hash,
+                                     self.request.problem.to_dict())
+        else:
+            self.to_bundle.append(job)
+
+    def _flush_bundle(self) -> None:
+        """Add the built candidates to the bundle; their trials wait for `tsopt ingest`."""
+        if not self.to_bundle:
+            return
+        from tsopt.core.bundle import BundleEntry, write_bundle
+
+        jobs, self.to_bundle = self.to_bundle, []
+        request = self.request
+        write_bundle(
+            self.bundle_dir, study=self.name, space=self.space.name, problem=request.problem,
+            arch=request.arch, append=self.bundle_dir.exists(),
+            candidates=[BundleEntry(j.genome, Path(j.build.artifact_dir or ""), j.origin)
+                        for j in jobs if j.build is not None],
+        )
+        for job in jobs:
+            job.awaiting = True
+            self.stats.awaiting += 1
+            if job.trial is not None:
+                job.trial.set_user_attr("awaiting_measurement", str(self.bundle_dir))
+            for waiter in job.waiters:
+                self._tell(waiter, self._duplicate_outcome(None, job.label))
+            job.waiters.clear()
+
+    def _measured(self, job: Job, index: int, result: dict[str, Any] | str) -> None:
+        problem = self.request.problem
+        if isinstance(result, dict) and "error" in result:
+            # This GPU cannot measure at all (its baseline failed): bundle from here on.
+            self.console.print(f"[bold red]measuring stopped:[/] {result['error']}; built "
+                               f"candidates go to the bundle {self.bundle_dir}", highlight=False)
+            queued = self.measure_pool.drop_queued()
+            self.measure_pool.close()
+            self.measure_pool = None
+            self.to_bundle.extend([job, *queued])
+            return
+        if isinstance(result, str):
+            if self.interrupted:
+                return
+            measured = Measurement(job.genome.hash, problem.key, "crash", error=result)
+        else:
+            measured = Measurement.from_dict(result["measurement"])
+            baseline = result.get("baseline")
+            run_id = self.run_ids[index]
+            if baseline and (run_id, problem.key) not in self.baselines_recorded:
+                self.store.record_baseline(
+                    problem.key, baseline["name"], baseline.get("device", ""), run_id,
+                    baseline.get("median_us"), baseline.get("p10_us"), baseline.get("p90_us"),
+                    baseline.get("rate"), baseline.get("rate_unit", ""))
+                self.baselines_recorded.add((run_id, problem.key))
+        self.store.record_measurement(job.candidate_id, measured, self.run_ids.get(index, "ray"))
+        job.measurement = measured
+        self.stats.measured[measured.status] += 1
+        if measured.status == "ok" and measured.median_us is not None:
+            self.stats.offer_best(measured.median_us, measured.ratio, job.genome.hash,
+                                  job.number, measured.baseline_name)
+        self._finish(job, outcome_of(job.verdict, job.build, measured) or Outcome(state="fail"))
+
+    # -- telling ---------------------------------------------------------------------------
+    def _finish(self, job: Job, outcome: Outcome) -> None:
+        job.outcome = outcome
+        if job.trial is not None:
+            self._tell(job.trial, outcome)
+        for waiter in job.waiters:
+            self._tell(waiter, outcome.duplicate(job.label))
+        job.waiters.clear()
+
+    def _tell(self, trial: Any, outcome: Outcome) -> None:
+        from optuna.trial import TrialState
+
+        for key, value in outcome.attrs.items():
+            trial.set_user_attr(key, value)
+        if outcome.value is not None and math.isfinite(outcome.value):
+            self.study.tell(trial, outcome.value)
+        else:
+            state = TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL
+            self.study.tell(trial, state=state)
+        self.stats.told += 1
+        self._count_for_patience(outcome.value)
+
+
+def resumed_seed(seed: int, trials: int) -> int:
+    """The sampler seed of a run that finds ``trials`` trials in its study (``seed`` for a new
+    study): the same history gives the same seed, a longer one another."""
+    if trials == 0:
+        return seed
+    return (seed * 1_000_003 + trials * 7_919) % (2**31 - 1)
+
+
+def recorded_measurement(info: CandidateInfo) -> Measurement | None:
+    """A recorded candidate's best correct timing, else its latest measurement of any status."""
+    best = info.best
+    if best is not None:
+        return best.measurement
+    return info.measurements[-1].measurement if info.measurements else None

@@ -1,0 +1,223 @@
+"""Verify and build one candidate: the unit of CPU work, in process, in a build process or
+in a Ray task.
+
+:func:`evaluate` takes an :class:`EvaluateRequest` (plain data: the space's
+import target, the genome as JSON, the problem, the arch, the artifact cache)
+and returns an :class:`Evaluation` (the :class:`~tsopt.core.records.Verdict`, the
+key it is cached under, the :class:`~tsopt.core.records.BuildResult` when the
+genome was valid, and what each step cost). It never touches the database:
+the driver alone records (SQLite has one writer), and a worker on another
+machine may not reach the database at all. So the driver looks up a cached TS
+verdict first and sends it along (``known_ts``); the artifact cache is a
+directory that the builder consults itself.
+
+The first thing :func:`evaluate` does is :func:`tsopt.core.dsl_env.ensure_arch`,
+before anything imports the CUTLASS DSL: a Ray worker is a fresh process.
+
+:class:`CandidatePipeline` is the older in-process API (verify, then build,
+recording each) that tests and the funnel use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem
+from tsopt.core.records import BuildResult, Verdict
+
+if TYPE_CHECKING:
+    from tsopt.core.space import SearchSpace
+    from tsopt.db.store import Store
+    from tsopt.verify.verifier import VerdictCache
+
+
+@dataclass(frozen=True)
+class EvaluateRequest:
+    """One candidate to verify and (when valid) build; plain data, picklable and JSON-able."""
+
+    space_target: str  # "module:Class" of the search space (search_spaces.SPACES)
+    genome_json: str
+    problem: dict[str, Any]
+    arch: str
+    cache_dir: str
+    known_ts: dict[str, Any] | None = None  # a cached Verdict (to_dict) for the TS gate
+    build: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What :func:`evaluate` found: the verdict (and its cache key), the build if valid."""
+
+    verdict: Verdict
+    verdict_key: str
+    build: BuildResult | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # verify, compile, export, link,
+    # total (wall) and cpu (CPU seconds of the process and the linker)
+    pid: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict.to_dict(), "verdict_key": self.verdict_key,
+                "build": self.build.to_dict() if self.build else None,
+                "seconds": dict(self.seconds), "pid": self.pid}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Evaluation:
+        return cls(Verdict.from_dict(doc["verdict"]), doc["verdict_key"],
+                   BuildResult.from_dict(doc["build"]) if doc.get("build") else None,
+                   dict(doc.get("seconds") or {}), int(doc.get("pid") or 0))
+
+
+_SPACES: dict[str, SearchSpace] = {}
+_VERDICTS: dict[str, VerdictCache] = {}
+
+
+def load_space(target: str) -> SearchSpace:
+    """The search space ``module:Class`` (one instance per process)."""
+    space = _SPACES.get(target)
+    if space is None:
+        module_name, _, cls_name = target.partition(":")
+        space = getattr(importlib.import_module(module_name), cls_name)()
+        _SPACES[target] = space
+    return space
+
+
+def space_target(name: str) -> str:
+    """The ``module:Class`` import target of a registered space (UserInputError if unknown)."""
+    from tsopt.core.registry import space_entry
+
+    return space_entry(name).target
+
+
+def verdict_key_of(space: SearchSpace, genome: Genome, problem: Problem) -> str | None:
+    """The TS verdict cache key of ``genome``, or None when it fails the dataflow gate (or
+    its genes cannot even be read: the verifier will say why)."""
+    from tsopt.verify.verifier import verdict_cache_key
+
+    if space.dataflow_error(genome) is not None:
+        return None
+    try:
+        return verdict_cache_key(space, genome, problem)
+    except (ValueError, KeyError, TypeError, AssertionError):
+        return None
+
+
+def evaluate(request: EvaluateRequest) -> Evaluation:
+    """Verify the genome; build it when valid (and ``request.build``). Never raises for a bad
+    candidate: a rejection is the verdict, a failed build a BuildResult with ``error``."""
+    from tsopt.core.dsl_env import ensure_arch
+
+    ensure_arch(request.arch)  # before the space's module imports the DSL
+    from tsopt.build.builder import build_candidate
+    from tsopt.verify.verifier import VerdictCache, verdict_cache_key, verify_genome
+
+    start = time.perf_counter()
+    cpu_start = _cpu_seconds()
+    space = load_space(request.space_target)
+    genome = Genome.from_json(request.genome_json)
+    problem = Problem.from_dict(request.problem)
+    cache = _VERDICTS.setdefault(request.space_target, VerdictCache())
+    if request.known_ts is not None:
+        known = Verdict.from_dict(request.known_ts)
+        key = verdict_key_of(space, genome, problem)
+        if key is not None:
+            # The TS gate's outcome only: tsopt's own checks run again (they are cheap).
+            outcome = VerdictCache(lookup=lambda _s, k: known if k == key else None).get(
+                space.name, key)
+            if outcome is not None:
+                cache.put(space.name, key, outcome)
+    verdict = verify_genome(genome, problem, space=space, cache=cache)
+    verify_s = time.perf_counter() - start
+    key = (verdict_cache_key(space, genome, problem, verdict.domain)
+           if verdict.stage != "dataflow" else f"dataflow:{genome.hash}")
+    seconds = {"verify": verify_s}
+    build = None
+    if verdict.valid and request.build:
+        build = build_candidate(space, genome, problem, request.arch, Path(request.cache_dir))
+        if not build.cache_hit:
+            seconds.update(compile=build.compile_seconds, export=build.export_seconds,
+                           link=build.link_seconds)
+    seconds["total"] = time.perf_counter() - start
+    seconds["cpu"] = _cpu_seconds() - cpu_start
+    return Evaluation(verdict, key, build, seconds, os.getpid())
+
+
+def failure_text(exc: BaseException) -> str:
+    """One line for an evaluation whose worker failed for good (a Ray task, a build process)."""
+    kind = type(exc).__name__
+    text = str(exc).strip().splitlines()
+    first = next((line for line in text if line.strip()), "")
+    return f"{kind}: {first}"[:500]
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the linker)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class CandidatePipeline:
+    """Verify and build one candidate in this process, recording each outcome."""
+
+    def __init__(self, store: Store, space: SearchSpace, problem: Problem, arch: str,
+                 study: str, cache_dir: Path) -> None:
+        from tsopt.verify.verifier import VerdictCache
+
+        self.store = store
+        self.space = space
+        self.problem = problem
+        self.arch = arch
+        self.study = study
+        self.cache_dir = cache_dir
+        self.cache = VerdictCache(lookup=store.find_verdict)
+
+    def verify(self, candidate_id: int, genome: Genome) -> Verdict:
+        from tsopt.verify.verifier import verdict_cache_key, verify_genome
+
+        verdict = verify_genome(genome, self.problem, space=self.space, cache=self.cache)
+        key = (verdict_cache_key(self.space, genome, self.problem, verdict.domain)
+               if verdict.stage != "dataflow" else f"dataflow:{genome.hash}")
+        self.store.record_verdict(candidate_id, self.space.name, key, verdict)
+        return verdict
+
+    def build(self, candidate_id: int, genome: Genome) -> BuildResult:
+        from tsopt.build.builder import build_candidate, cache_key
+
+        key = cache_key(genome, self.problem, self.arch, self.space.source_digest())
+        known = self.store.find_build(key)
+        if (known is not None and known.ok and known.artifact_dir
+                and Path(known.artifact_dir).exists()):
+            result = BuildResult(**{**known.to_dict(), "cache_hit": True})
+        else:
+            result = build_candidate(self.space, genome, self.problem, self.arch, self.cache_dir)
+        self.store.record_build(candidate_id, result)
+        return result
+
+
+class MeasureQueue:
+    """The waiting line of a measuring pool: candidates submitted, not yet handed to a GPU."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[Any, str, str, dict[str, Any]]] = deque()
+
+    def submit(self, tag: Any, artifact_dir: str, genome_hash: str,
+               problem: dict[str, Any]) -> None:
+        self._queue.append((tag, artifact_dir, genome_hash, problem))
+
+    def drop_queued(self) -> list[Any]:
+        """Forget the candidates not handed to a GPU yet (an interrupted run)."""
+        tags = [item[0] for item in self._queue]
+        self._queue.clear()
+        return tags

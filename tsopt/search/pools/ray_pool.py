@@ -1,0 +1,235 @@
+"""Ray: verify+build tasks on CPUs, one measuring actor per GPU.
+
+``ray.init()`` with no address starts a local cluster (``num_cpus`` = the
+build workers asked for, no dashboard, a short temp dir: Ray's socket paths
+must stay under 108 characters); ``--ray-address`` joins an existing one, whose
+nodes must have this source tree and venv at the same path and see the
+artifact cache directory (shared storage) so that GPU nodes can load what CPU
+nodes built.
+
+- :func:`evaluate_task` (``num_cpus=1``) runs :func:`tsopt.search.pipeline.evaluate`
+  for one candidate: verify, then build when valid, in one task so that no DSL
+  object crosses a process boundary; plain records come back. A worker process
+  that dies (a crash in the compiler, the OOM killer) is replaced by Ray and
+  the task retried once (``max_retries=1``); a second death reaches the
+  driver as a failure, which it records as a failed build.
+- :class:`MeasureActor` (``num_gpus=1``) holds one persistent measurer of
+  :mod:`tsopt.workers.watchdog` (the torch-only runner in a child process under the
+  watchdog, replaced after hangs and faults); a dying actor is restarted and
+  its call retried once (``max_restarts=-1, max_task_retries=1``).
+
+The driver alone writes the database; these only compute.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from tsopt.search.pipeline import EvaluateRequest, Evaluation, MeasureQueue, evaluate, failure_text
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_temp_dir() -> str:
+    """A short per-user directory for Ray's session files (sockets live under it)."""
+    return f"/tmp/tsopt-ray-{os.getuid()}"
+
+
+@dataclass(frozen=True)
+class RayCluster:
+    """The cluster the driver works with."""
+
+    address: str | None  # None: a local cluster
+    cpus: int
+    gpus: int
+    started_here: bool  # this call started or joined it (and stop_ray ends that)
+
+
+def start_ray(address: str | None, workers: int, arch: str, temp_dir: str | None = None,
+              env: dict[str, str] | None = None) -> RayCluster:
+    """Start a local cluster with ``workers`` CPUs (no address), or join ``address``.
+
+    Every worker gets ``CUTE_DSL_ARCH=arch`` (the DSL reads it when first imported) and this
+    source tree on its ``PYTHONPATH``.
+    """
+    env_vars = {"CUTE_DSL_ARCH": arch,
+                "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT),
+                                                          os.environ.get("PYTHONPATH")) if p)}
+    env_vars.update(env or {})
+    if ray.is_initialized():  # a cluster this process already uses (an embedding caller, tests)
+        resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        return RayCluster(address, int(resources.get("CPU", 0)), int(resources.get("GPU", 0)),
+                          started_here=False)
+    common: dict[str, Any] = dict(runtime_env={"env_vars": env_vars}, log_to_driver=False,
+                                  logging_level=logging.WARNING, configure_logging=True)
+    if address:
+        ray.init(address=address, **common)
+    else:
+        temp = temp_dir or default_temp_dir()
+        Path(temp).mkdir(parents=True, exist_ok=True)
+        # Local workers inherit the raylet's environment, set when it starts.
+        saved = dict(os.environ)
+        os.environ.update(env_vars)
+        try:
+            ray.init(num_cpus=max(1, workers), include_dashboard=False, _temp_dir=temp,
+                     **common)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    return RayCluster(address or None, int(resources.get("CPU", 0)), int(resources.get("GPU", 0)),
+                      started_here=True)
+
+
+def stop_ray(cluster: RayCluster | None) -> None:
+    """Shut down the local cluster that :func:`start_ray` started (from a joined one, only
+    disconnect); a cluster that was already in use is left alone."""
+    if cluster is not None and cluster.started_here and ray.is_initialized():
+        ray.shutdown()
+
+
+@ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)
+def evaluate_task(request: EvaluateRequest) -> Evaluation:
+    """Verify and build one candidate in a Ray worker process."""
+    return evaluate(request)
+
+
+class RayBuildPool:
+    """Up to ``slots`` evaluate tasks in flight; results come back with the caller's tags."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = max(1, slots)
+        self._inflight: dict[Any, Any] = {}
+
+    def free(self) -> int:
+        return self.slots - len(self._inflight)
+
+    def busy(self) -> int:
+        return len(self._inflight)
+
+    def submit(self, tag: Any, request: EvaluateRequest) -> None:
+        self._inflight[evaluate_task.remote(request)] = tag
+
+    def poll(self, timeout: float) -> list[tuple[Any, Evaluation | str]]:
+        """Finished evaluations (or a failure's text), waiting up to ``timeout`` for one."""
+        if not self._inflight:
+            return []
+        done: list[tuple[Any, Evaluation | str]] = []
+        for ref in _finished(list(self._inflight), timeout):
+            tag = self._inflight.pop(ref)
+            try:
+                done.append((tag, ray.get(ref)))
+            except ray.exceptions.RayError as exc:
+                done.append((tag, f"worker failed twice (retried once): {failure_text(exc)}"))
+        return done
+
+    def close(self) -> None:
+        for ref in list(self._inflight):
+            ray.cancel(ref, force=True)
+        self._inflight.clear()
+
+
+@ray.remote(num_cpus=0, num_gpus=1, max_restarts=-1, max_task_retries=1)
+class MeasureActor:
+    """Measures candidates on the GPU Ray gave it, through one persistent watchdog measurer."""
+
+    def __init__(self, runs: int = 50, warmup: int = 10, checks: int = 2,
+                 isolation: str = "worker") -> None:
+        self.runs, self.warmup, self.checks, self.isolation = runs, warmup, checks, isolation
+        self.measurer: Any = None
+
+    def measure(self, artifact_dir: str, genome_hash: str, problem: dict[str, Any]
+                ) -> dict[str, Any]:
+        """{"measurement": Measurement dict, "baseline": the problem's first baseline timing,
+        "pid", "seconds"}; {"error": ...} when this GPU cannot measure at all."""
+        from tsopt.core.problem import Problem
+        from tsopt.workers.watchdog import MeasureError, open_measurer
+
+        start = time.monotonic()
+        the_problem = Problem.from_dict(problem)
+        try:
+            if self.measurer is None:
+                self.measurer = open_measurer(self.isolation, self.runs, self.warmup,
+                                              self.checks)
+            measured = self.measurer.measure(Path(artifact_dir), genome_hash, the_problem)
+        except MeasureError as exc:
+            return {"error": str(exc)}
+        probe = self.measurer.probes.get(the_problem.key)
+        return {"measurement": measured.to_dict(),
+                "baseline": probe.baseline.to_dict() if probe is not None else None,
+                "pid": self.measurer.last_pid, "seconds": time.monotonic() - start}
+
+    def close(self) -> str:
+        if self.measurer is None:
+            return ""
+        self.measurer.close()
+        summary: str = self.measurer.stats.summary()
+        self.measurer = None
+        return summary
+
+
+def _finished(refs: list[Any], timeout: float) -> list[Any]:
+    """Wait up to ``timeout`` for one result, then take every other one already done."""
+    ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+    if ready:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    return list(ready)
+
+
+class RayMeasurePool(MeasureQueue):
+    """One :class:`MeasureActor` per GPU; a queue of candidates handed to idle actors."""
+
+    name = "ray"
+
+    def __init__(self, gpus: int, runs: int = 50, warmup: int = 10, checks: int = 2,
+                 gpus_per_actor: float = 1) -> None:
+        """``gpus`` actors of ``gpus_per_actor`` GPUs each (0: on a CPU, for tests)."""
+        super().__init__()
+        actor = MeasureActor.options(num_gpus=gpus_per_actor)  # type: ignore[attr-defined]
+        self.actors = [actor.remote(runs, warmup, checks) for _ in range(gpus)]
+        self._idle = list(range(len(self.actors)))
+        self._inflight: dict[Any, tuple[Any, int]] = {}
+
+    @property
+    def slots(self) -> int:
+        return len(self.actors)
+
+    def pending(self) -> int:
+        return len(self._queue) + len(self._inflight)
+
+    def poll(self, timeout: float) -> list[tuple[Any, int, dict[str, Any] | str]]:
+        """(tag, actor index, result or failure text) for each finished measurement."""
+        while self._idle and self._queue:
+            index = self._idle.pop(0)
+            tag, artifact_dir, genome_hash, problem = self._queue.popleft()
+            ref = self.actors[index].measure.remote(artifact_dir, genome_hash, problem)
+            self._inflight[ref] = (tag, index)
+        if not self._inflight:
+            return []
+        done: list[tuple[Any, int, dict[str, Any] | str]] = []
+        for ref in _finished(list(self._inflight), timeout):
+            tag, index = self._inflight.pop(ref)
+            self._idle.append(index)
+            try:
+                done.append((tag, index, ray.get(ref)))
+            except ray.exceptions.RayError as exc:
+                done.append((tag, index,
+                             f"measuring actor died twice (retried once): {failure_text(exc)}"))
+        return done
+
+    def close(self) -> list[str]:
+        summaries = []
+        for actor in self.actors:
+            try:
+                summaries.append(ray.get(actor.close.remote(), timeout=60))
+            except (ray.exceptions.RayError, TimeoutError):
+                pass
+            ray.kill(actor)
+        return [s for s in summaries if s]

@@ -1,0 +1,174 @@
+"""What a tuning run shows while it works, and its closing summary (rich).
+
+The live view has three lines under a trial bar: candidates per stage
+(proposed and seen before, verified valid, rejected by rule, built with cache
+hits and failures, measured by status, waiting in a bundle), the best so far
+against the vendor baseline, and the rate with an ETA from whichever budget
+ends first (trials or time).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from tsopt.db.store import Store
+
+
+@dataclass
+class TuneStats:
+    """Counters of one run (the study's earlier runs are in the database)."""
+
+    proposed: int = 0  # trials asked (or resumed) in this run
+    duplicates: int = 0  # of them, genomes this study had seen: never rebuilt or re-measured
+    rejected: Counter[str] = field(default_factory=Counter)
+    valid: int = 0
+    built: int = 0
+    build_cache_hits: int = 0
+    build_failed: int = 0
+    worker_failures: int = 0
+    measured: Counter[str] = field(default_factory=Counter)
+    awaiting: int = 0  # built and left in a bundle for `tsopt measure`
+    seconds: dict[str, float] = field(default_factory=dict)  # CPU seconds by step (verify, ...)
+    told: int = 0  # trials finished (told to Optuna) in this run
+    best_us: float | None = None
+    best_ratio: float | None = None
+    best_hash: str | None = None
+    best_trial: int | None = None
+    baseline_name: str = ""
+    started: float = field(default_factory=time.monotonic)
+
+    def offer_best(self, median_us: float, ratio: float | None, genome_hash: str,
+                   trial: int | None, baseline_name: str = "") -> bool:
+        """Take a correct timing as the best if it is faster (ties: the smaller genome hash,
+        the rule the database's ranking uses). Returns whether it became the best."""
+        if self.best_us is not None and self.best_hash is not None and (
+                (median_us, genome_hash) >= (self.best_us, self.best_hash)):
+            return False
+        self.best_us, self.best_ratio, self.best_hash = median_us, ratio, genome_hash
+        self.best_trial, self.baseline_name = trial, baseline_name or self.baseline_name
+        return True
+
+    def stage_line(self) -> str:
+        rejected = sum(self.rejected.values())
+        top = ", ".join(f"{rule} {n}" for rule, n in self.rejected.most_common(3))
+        measured = sum(self.measured.values())
+        by_status = ", ".join(f"{k} {v}" for k, v in sorted(self.measured.items()))
+        parts = [
+            f"proposed {self.proposed}" + (f" (seen before {self.duplicates})"
+                                           if self.duplicates else ""),
+            f"valid {self.valid}",
+            f"rejected {rejected}" + (f" ({top})" if top else ""),
+            f"built {self.built}" + (f" (cached {self.build_cache_hits})"
+                                     if self.build_cache_hits else "")
+            + (f", failed {self.build_failed}" if self.build_failed else ""),
+            f"measured {measured}" + (f" ({by_status})" if by_status else ""),
+        ]
+        if self.awaiting:
+            parts.append(f"in bundle {self.awaiting}")
+        return " | ".join(parts)
+
+    def best_line(self) -> str:
+        if self.best_us is None:
+            return "best: nothing timed yet"
+        ratio = (f", {self.best_ratio:.3f}x {self.baseline_name or 'baseline'}"
+                 if self.best_ratio is not None else "")
+        trial = f", trial {self.best_trial}" if self.best_trial is not None else ""
+        return f"best: {self.best_us:.2f} µs{ratio} ({(self.best_hash or '')[:12]}{trial})"
+
+    def rate_line(self, remaining_trials: int | None, time_left_s: float | None) -> str:
+        elapsed = time.monotonic() - self.started
+        rate = self.proposed / elapsed if elapsed > 0 else 0.0
+        etas = []
+        if remaining_trials is not None and rate > 0:
+            etas.append(remaining_trials / rate)
+        if time_left_s is not None:
+            etas.append(max(0.0, time_left_s))
+        eta = f", ETA {_clock(min(etas))}" if etas else ""
+        return f"rate: {rate * 60:.1f} trials/min{eta}"
+
+    def line(self) -> str:
+        return f"{self.stage_line()} | {self.best_line()}"
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class TuneProgress:
+    """The live view: a bar of trials (of the study's budget) and the three lines."""
+
+    def __init__(self, console: Console, stats: TuneStats, title: str, total: int,
+                 done: int) -> None:
+        self.console = console
+        self.stats = stats
+        self.total = total
+        self.remaining: int | None = max(0, total - done)
+        self.time_left_s: float | None = None
+        self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+        self.task = self.bar.add_task(title, total=total, completed=done)
+        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
+
+    def _render(self) -> RenderableType:
+        lines = Text("\n".join((self.stats.stage_line(), self.stats.best_line(),
+                                self.stats.rate_line(self.remaining, self.time_left_s))))
+        return Group(self.bar, lines)
+
+    def update(self, done: int, time_left_s: float | None = None) -> None:
+        self.bar.update(self.task, completed=min(done, self.total))
+        self.remaining = max(0, self.total - done)
+        self.time_left_s = time_left_s
+        self.live.update(self._render())
+
+    def __enter__(self) -> TuneProgress:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.update(self._render())
+        self.live.__exit__(None, None, None)
+        if not self.console.is_terminal:
+            self.console.print()  # the last frame ends without a newline off a terminal
+
+
+def print_summary(console: Console, store: Store, name: str, stats: TuneStats, measured: bool,
+                  bundle_dir: Path, seconds: float) -> None:
+    """The funnel of the whole study, this run's rejections, the best candidate (or where the
+    bundle is when nothing could be timed here)."""
+    funnel = store.funnel(name)
+    table = Table(title=f"study {name}", title_justify="left")
+    table.add_column("stage")
+    table.add_column("candidates", justify="right")
+    for stage, count in funnel.items():
+        table.add_row(stage.replace("_", "-"), str(count))
+    console.print(table)
+    if stats.rejected:
+        top = ", ".join(f"{rule} {n}" for rule, n in stats.rejected.most_common(6))
+        console.print(f"rejected this run: {top}")
+    console.print(f"{stats.proposed} trials this run ({stats.duplicates} seen before, "
+                  f"{stats.build_cache_hits} builds from the cache) in {seconds:.1f} s")
+    ranked = store.ranked(name, limit=1)
+    if ranked:
+        best = ranked[0].measurement
+        ratio = f", {best.ratio:.3f}x {best.baseline_name}" if best.ratio is not None else ""
+        rate = f", {best.rate:.1f} {best.rate_unit}" if best.rate is not None else ""
+        console.print(f"best: {ranked[0].genome_hash[:12]} {best.median_us:.2f} µs{rate}{ratio}")
+    elif measured:
+        console.print("[yellow]no candidate measured correct[/]")
+    if not measured:
+        console.print(
+            "[bold yellow]Nothing was timed: no GPU is present on this machine.[/] "
+            f"Built candidates are in the bundle {bundle_dir}: run `tsopt measure {bundle_dir}` "
+            f"on a GPU machine, then `tsopt ingest {bundle_dir}` here.")

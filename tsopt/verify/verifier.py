@@ -1,0 +1,235 @@
+"""The verifier: judge a genome before anything is compiled.
+
+Three gates, in order:
+
+1. ``dataflow`` — the space's own cheap check that every value is produced
+   before it is used (and that the genome belongs to the space at all).
+2. ``ts`` — the TS skeleton is built on the host with a concrete domain of
+   at least stages + 2 iterations; constructing the ``TaskManager`` runs the TS
+   schedule checks and the exhaustive BFS deadlock/race checker. A concrete
+   domain matters: compile-time verification of a runtime-sized loop
+   simulates one iteration and misses cadence deadlocks (MEASURED.md).
+3. ``tsopt`` — the hazards TS does not model (warp overlap, launch shape,
+   stage identity under delayed commit/release, asynchronous consumers, SMEM
+   and register feasibility), from the space.
+
+:func:`verify_genome` never raises for an invalid schedule: every outcome is
+a :class:`~tsopt.core.records.Verdict`. The TS gate's outcome is cached by the
+space's ``verdict_key`` (only the genes that can change it); the tsopt gate is
+cheap and runs every time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem, default_problem
+from tsopt.core.records import Verdict
+
+if TYPE_CHECKING:
+    from tsopt.core.space import SearchSpace
+
+# TS raises ValueError with a precise sentence; these map it to a stable rule name.
+TS_RULES: tuple[tuple[str, str], ...] = (
+    (r"missing ConsumerRelease after ConsumerWork", "ts.missing_release"),
+    (r"missing ProducerCommit after ProducerWork", "ts.missing_commit"),
+    (
+        r"ConsumerWork group before ConsumerWait|ConsumerWork before ConsumerWait",
+        "ts.work_before_wait",
+    ),
+    (
+        r"ProducerWork group before ProducerAcquire|ProducerWork before ProducerAcquire",
+        "ts.work_before_acquire",
+    ),
+    (r"ProducerCommit from \S+ not consumed|not consumed", "ts.unconsumed_commit"),
+    (
+        r"ProducerAcquire.*without.*ProducerCommit|acquire.*without.*commit",
+        "ts.acquire_without_commit",
+    ),
+    (r"Schedule is blocked|deadlock", "ts.deadlock"),
+    (r"race", "ts.race"),
+    (r"Too many registers", "ts.register_file"),
+    (r"num_registers|registers", "ts.register_rule"),
+    (
+        r"consumer_group\.size|producer_group\.size|[Cc]ooperative|group size|arrive count",
+        "ts.group_size",
+    ),
+    (r"overlap", "ts.warp_overlap"),
+    (r"SMEM|shared memory", "ts.smem"),
+)
+
+
+def classify_ts_error(exc: BaseException) -> str:
+    """A stable rule name for a TS rejection (``ts.other`` when no pattern matches)."""
+    text = str(exc)
+    if isinstance(exc, AssertionError) and not text:
+        return "ts.assertion"
+    for pattern, rule in TS_RULES:
+        if re.search(pattern, text):
+            return rule
+    return "ts.assertion" if isinstance(exc, AssertionError) else "ts.other"
+
+
+def _first_lines(text: str, limit: int = 600) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+@dataclass(frozen=True)
+class _TsOutcome:
+    valid: bool
+    rule: str | None
+    message: str | None
+    seconds: float
+
+
+class VerdictCache:
+    """TS outcomes by (space, verdict key); thread-safe, optional persistent backing.
+
+    ``lookup``/``store`` let a database back the cache across runs (the driver
+    passes the Store's find_verdict/record_verdict through them).
+    """
+
+    def __init__(
+        self,
+        lookup: Callable[[str, str], Verdict | None] | None = None,
+    ) -> None:
+        self._memory: dict[tuple[str, str], _TsOutcome] = {}
+        self._lock = threading.Lock()
+        self._lookup = lookup
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, space: str, key: str) -> _TsOutcome | None:
+        with self._lock:
+            found = self._memory.get((space, key))
+        if found is None and self._lookup is not None:
+            verdict = self._lookup(space, key)
+            if verdict is not None and verdict.stage in ("ts", "tsopt", "ok"):
+                # Only the TS gate is cached; a stored tsopt rejection passed TS.
+                ts_ok = verdict.stage != "ts"
+                found = _TsOutcome(
+                    ts_ok, None if ts_ok else verdict.rule, None if ts_ok else verdict.message, 0.0
+                )
+                with self._lock:
+                    self._memory[(space, key)] = found
+        with self._lock:
+            if found is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+        return found
+
+    def put(self, space: str, key: str, outcome: _TsOutcome) -> None:
+        with self._lock:
+            self._memory[(space, key)] = outcome
+
+    def __len__(self) -> int:
+        return len(self._memory)
+
+
+_DEFAULT_CACHE = VerdictCache()
+
+
+def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: int) -> _TsOutcome:
+    """Build the TS skeleton on the host; TS's own verdict, never an exception."""
+    start = time.perf_counter()
+    sink = io.StringIO()
+    try:
+        # TS prints tables and warnings while it checks; a verdict is what we keep.
+        with (
+            contextlib.redirect_stdout(sink),
+            contextlib.redirect_stderr(sink),
+            warnings.catch_warnings(),
+        ):
+            warnings.simplefilter("ignore")
+            space.build_skeleton(genome, problem, domain)
+    except (ValueError, AssertionError, TypeError, KeyError, IndexError) as exc:
+        return _TsOutcome(
+            False,
+            classify_ts_error(exc),
+            _first_lines(f"{type(exc).__name__}: {exc}"),
+            time.perf_counter() - start,
+        )
+    return _TsOutcome(True, None, None, time.perf_counter() - start)
+
+
+def verify_genome(
+    genome: Genome,
+    problem: Problem | None = None,
+    *,
+    domain: int | None = None,
+    space: SearchSpace | None = None,
+    cache: VerdictCache | None = None,
+) -> Verdict:
+    """Judge ``genome`` for ``problem``: dataflow, then TS, then tsopt's checks.
+
+    Returns a :class:`Verdict`; raises only for input that is not a genome of a
+    known space (``UserInputError``) or a problem the space cannot take
+    (``ProblemError``), never for an invalid schedule.
+    """
+    from tsopt.core.registry import get_space
+
+    space = space or get_space(genome.space)
+    problem = problem or default_problem(space.op)
+    space.check_problem(problem)
+    cache = cache if cache is not None else _DEFAULT_CACHE
+    start = time.perf_counter()
+
+    error = space.dataflow_error(genome)
+    if error is not None:
+        return Verdict.reject(
+            genome.hash, "dataflow", "dataflow", error, time.perf_counter() - start
+        )
+
+    n = domain if domain is not None else space.verify_domain(genome)
+    if n < 1:
+        raise UserInputError(f"--domain {n} must be at least 1")
+    key = f"{space.verdict_key(genome, problem)}|domain={n}"
+    outcome = cache.get(space.name, key)
+    cached = outcome is not None
+    if outcome is None:
+        outcome = run_ts_checks(space, genome, problem, n)
+        cache.put(space.name, key, outcome)
+    if not outcome.valid:
+        assert outcome.rule is not None and outcome.message is not None
+        return Verdict(
+            genome.hash,
+            False,
+            "ts",
+            outcome.rule,
+            outcome.message,
+            time.perf_counter() - start,
+            n,
+            cached,
+        )
+
+    findings = space.tsopt_checks(genome, problem)
+    seconds = time.perf_counter() - start
+    if findings:
+        first = findings[0]
+        message = first.message
+        if len(findings) > 1:
+            message += (
+                f" (and {len(findings) - 1} more: " + ", ".join(f.rule for f in findings[1:]) + ")"
+            )
+        return Verdict(genome.hash, False, "tsopt", first.rule, message, seconds, n, cached)
+    return Verdict(genome.hash, True, "ok", None, None, seconds, n, cached)
+
+
+def verdict_cache_key(
+    space: SearchSpace, genome: Genome, problem: Problem, domain: int | None = None
+) -> str:
+    """The key under which the TS outcome of ``genome`` is cached (and stored in the DB)."""
+    n = domain if domain is not None else space.verify_domain(genome)
+    return f"{space.verdict_key(genome, problem)}|domain={n}"

@@ -1,0 +1,314 @@
+"""Load a tsopt kernel and call it on torch tensors: ``tsopt.load_kernel(DIR)``.
+
+Imports only torch and the standard library, so it runs where neither the
+CUTLASS DSL nor the rest of tsopt is installed: ``tsopt export`` copies this
+file into every export as ``loader.py``. The GPU runner loads candidates
+through the same code.
+
+A kernel directory holds ``libkernel.so`` (the ABI of tsopt.core.artifact:
+``int tsopt_load(void)``, ``int tsopt_launch(void **data, int n, void *stream)``)
+and ``artifact.json`` (its tensors in call order, with roles and shapes).
+Usage::
+
+    from loader import load_kernel        # or: from tsopt import load_kernel
+    kernel = load_kernel("best-gemm/")
+    d = kernel(a, b)                        # inputs in the order of artifact.json
+    kernel(a, b, out=d)                     # or into an existing output
+
+The library's CUDA runtime is linked dynamically (libcudart.so.12 or .13):
+this module loads ``libcuda.so.1`` and a matching libcudart with
+RTLD_GLOBAL first, from the loader path, torch's bundled ``nvidia/*/lib`` or
+``/usr/local/cuda*/lib64``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CUDART_SONAMES = ("libcudart.so.13", "libcudart.so.12")
+TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class KernelLoadError(RuntimeError):
+    """The artifact's library or the CUDA libraries could not be loaded (a launch_error)."""
+
+
+# -- CUDA libraries ------------------------------------------------------------------------
+class CudaRuntime:
+    """The few libcudart calls the runner makes itself, each returning its cudaError_t."""
+
+    def __init__(self, lib: ctypes.CDLL, path: str) -> None:
+        self.lib = lib
+        self.path = path
+        for name in ("cudaGetErrorName", "cudaGetErrorString"):
+            getattr(lib, name).restype = ctypes.c_char_p
+            getattr(lib, name).argtypes = [ctypes.c_int]
+        for name in ("cudaGetDeviceCount", "cudaDriverGetVersion", "cudaRuntimeGetVersion"):
+            getattr(lib, name).argtypes = [ctypes.POINTER(ctypes.c_int)]
+            getattr(lib, name).restype = ctypes.c_int
+        lib.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
+        lib.cudaStreamSynchronize.restype = ctypes.c_int
+        lib.cudaGetLastError.argtypes = []
+        lib.cudaGetLastError.restype = ctypes.c_int
+
+    def describe(self, code: int) -> str:
+        if code == -1:
+            return "-1 (the shim refused the tensor count)"
+        name = self.lib.cudaGetErrorName(code) or b"?"
+        text = self.lib.cudaGetErrorString(code) or b"?"
+        return f"{code} {name.decode()}: {text.decode()}"
+
+    def _int_query(self, fn: str) -> tuple[int, int]:
+        value = ctypes.c_int(0)
+        code = getattr(self.lib, fn)(ctypes.byref(value))
+        return code, value.value
+
+    def device_count(self) -> tuple[int, int]:
+        return self._int_query("cudaGetDeviceCount")
+
+    def driver_version(self) -> tuple[int, int]:
+        return self._int_query("cudaDriverGetVersion")
+
+    def runtime_version(self) -> tuple[int, int]:
+        return self._int_query("cudaRuntimeGetVersion")
+
+    def synchronize(self, stream: int) -> int:
+        return int(self.lib.cudaStreamSynchronize(stream))
+
+    def last_error(self) -> int:
+        return int(self.lib.cudaGetLastError())
+
+
+@dataclass
+class CudaLibraries:
+    runtime: CudaRuntime
+    driver_error: str | None  # why libcuda.so.1 did not load (no NVIDIA driver), else None
+
+
+_CUDA: dict[str, CudaLibraries] = {}
+
+
+def needed_cudart(library: Path) -> str | None:
+    """The libcudart soname a shared library was linked against (read from its dynamic strings)."""
+    try:
+        found = re.search(rb"libcudart\.so\.\d+", Path(library).read_bytes())
+    except OSError:
+        return None
+    return found.group().decode() if found else None
+
+
+def torch_library_dirs() -> list[Path]:
+    """Where pip's torch keeps the CUDA libraries it was built with."""
+    torch_dir = Path(torch.__file__).resolve().parent
+    dirs = [torch_dir / "lib"]
+    dirs += [Path(p) for p in sorted(glob.glob(str(torch_dir.parent / "nvidia" / "*" / "lib")))]
+    return dirs
+
+
+def cudart_candidates(needed: str | None = None) -> list[str]:
+    """libcudart names and paths to try, best first.
+
+    The soname the artifact needs first, then 13 before 12; for each, the bare soname (which
+    finds the copy torch already loaded, or one on the loader path), then torch's bundled
+    ``nvidia/*/lib`` directories, then ``/usr/local/cuda*/lib64``.
+    """
+    sonames = [needed] if needed else []
+    sonames += [s for s in CUDART_SONAMES if s not in sonames]
+    dirs = torch_library_dirs() + [
+        Path(p) for p in sorted(glob.glob("/usr/local/cuda*/lib64"), reverse=True)
+    ]
+    found: list[str] = []
+    for soname in sonames:
+        found.append(soname)
+        found += [str(d / soname) for d in dirs if (d / soname).is_file()]
+    return found
+
+
+def load_cuda(needed: str | None = None) -> CudaLibraries:
+    """Load libcuda.so.1 and a libcudart with RTLD_GLOBAL (once per process)."""
+    key = needed or ""
+    if key in _CUDA:
+        return _CUDA[key]
+    # The artifact's runtime resolves driver entry points through the global namespace.
+    driver_error = None
+    try:
+        ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+    except OSError as exc:
+        driver_error = f"libcuda.so.1 did not load ({exc}): no NVIDIA driver on this machine"
+    tried = []
+    for candidate in cudart_candidates(needed):
+        try:
+            lib = ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            tried.append(f"{candidate} ({exc})")
+            continue
+        _CUDA[key] = CudaLibraries(CudaRuntime(lib, candidate), driver_error)
+        return _CUDA[key]
+    raise KernelLoadError("no CUDA runtime library found; tried: " + "; ".join(tried))
+
+
+class KernelLibrary:
+    """An artifact's shared library: ``int load(void)``, ``int launch(void **, int, void *)``."""
+
+    def __init__(self, path: Path, load_symbol: str, launch_symbol: str, cuda: CudaLibraries):
+        self.path = path
+        self.cuda = cuda
+        try:
+            # RTLD_LOCAL: every artifact exports the same names; lookups go through this handle.
+            self.handle = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise KernelLoadError(f"cannot load {path.name}: {exc}") from None
+        try:
+            self._load = getattr(self.handle, load_symbol)
+            self._launch = getattr(self.handle, launch_symbol)
+        except AttributeError as exc:
+            raise KernelLoadError(f"{path.name} lacks an artifact ABI symbol: {exc}") from None
+        self._load.argtypes = []
+        self._load.restype = ctypes.c_int
+        self._launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_void_p]
+        self._launch.restype = ctypes.c_int
+
+    @classmethod
+    def open(cls, artifact_dir: Path, manifest: Any) -> KernelLibrary:
+        """``manifest``: anything with ``library``, ``load_symbol``, ``launch_symbol``
+        (an artifact.json read by tsopt.core.artifact or by :class:`KernelManifest`)."""
+        path = Path(artifact_dir) / manifest.library
+        if not path.is_file():
+            raise KernelLoadError(f"no library {manifest.library!r} in {artifact_dir}")
+        cuda = load_cuda(needed_cudart(path))
+        return cls(path, manifest.load_symbol, manifest.launch_symbol, cuda)
+
+    def load_module(self) -> int:
+        return int(self._load())
+
+    def launch(self, ptrs: ctypes.Array[ctypes.c_void_p], stream: int) -> int:
+        return int(self._launch(ptrs, len(ptrs), stream))
+
+
+# -- a loaded kernel, callable on torch tensors --------------------------------------------
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    role: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class KernelManifest:
+    """The part of ``artifact.json`` a caller needs (read without tsopt installed)."""
+
+    library: str
+    load_symbol: str
+    launch_symbol: str
+    tensors: tuple[TensorSpec, ...]
+    genome_hash: str
+    problem: dict[str, Any]
+
+    @classmethod
+    def read(cls, directory: Path) -> KernelManifest:
+        path = Path(directory) / "artifact.json"
+        try:
+            doc = json.loads(path.read_text())
+            return cls(
+                library=str(doc.get("library", "libkernel.so")),
+                load_symbol=str(doc.get("load_symbol", "tsopt_load")),
+                launch_symbol=str(doc.get("launch_symbol", "tsopt_launch")),
+                tensors=tuple(
+                    TensorSpec(t["name"], t["role"], tuple(int(x) for x in t["shape"]), t["dtype"])
+                    for t in doc["tensors"]
+                ),
+                genome_hash=str(doc.get("genome_hash", "")),
+                problem=dict(doc.get("problem", {})),
+            )
+        except FileNotFoundError:
+            raise KernelLoadError(
+                f"{path}: not a tsopt kernel directory (no artifact.json)"
+            ) from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise KernelLoadError(f"{path}: malformed ({type(exc).__name__}: {exc})") from None
+
+
+class LoadedKernel:
+    """A kernel library bound to its tensor signature; call it with torch tensors."""
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        self.manifest = KernelManifest.read(self.directory)
+        self.inputs = [t for t in self.manifest.tensors if t.role == "input"]
+        self.outputs = [t for t in self.manifest.tensors if t.role == "output"]
+        self.library = KernelLibrary.open(self.directory, self.manifest)
+        self._loaded = False
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.inputs)
+        outs = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.outputs)
+        return f"<tsopt kernel {self.manifest.genome_hash[:12]} ({sig}) -> ({outs})>"
+
+    def _check(self, spec: TensorSpec, tensor: Any) -> None:
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{spec.name}: expected a torch.Tensor, got {type(tensor).__name__}")
+        want = TORCH_DTYPES[spec.dtype]
+        problems = []
+        if tuple(tensor.shape) != spec.shape:
+            problems.append(f"shape {tuple(tensor.shape)} != {spec.shape}")
+        if tensor.dtype != want:
+            problems.append(f"dtype {tensor.dtype} != {want}")
+        if not tensor.is_cuda:
+            problems.append("not on a CUDA device")
+        if not tensor.is_contiguous():
+            problems.append("not contiguous (row-major)")
+        if problems:
+            raise ValueError(f"{spec.name}: " + "; ".join(problems))
+
+    def __call__(self, *inputs: torch.Tensor, out: Any = None) -> Any:
+        """Run on ``inputs`` (artifact order); returns the output(s), allocated unless ``out``."""
+        if len(inputs) != len(self.inputs):
+            names = ", ".join(t.name for t in self.inputs)
+            raise TypeError(f"kernel takes {len(self.inputs)} inputs ({names}), got {len(inputs)}")
+        for spec, tensor in zip(self.inputs, inputs, strict=True):
+            self._check(spec, tensor)
+        device = inputs[0].device if inputs else torch.device("cuda")
+        if out is None:
+            outs = [
+                torch.empty(t.shape, dtype=TORCH_DTYPES[t.dtype], device=device)
+                for t in self.outputs
+            ]
+        else:
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            if len(outs) != len(self.outputs):
+                raise TypeError(
+                    f"kernel writes {len(self.outputs)} outputs, got {len(outs)} in out="
+                )
+            for spec, tensor in zip(self.outputs, outs, strict=True):
+                self._check(spec, tensor)
+        by_name = {t.name: x for t, x in zip(self.inputs, inputs, strict=True)}
+        by_name.update({t.name: x for t, x in zip(self.outputs, outs, strict=True)})
+        with torch.cuda.device(device):
+            if not self._loaded:
+                code = self.library.load_module()
+                if code != 0:
+                    raise RuntimeError(
+                        f"module load failed: {self.library.cuda.runtime.describe(code)}"
+                    )
+                self._loaded = True
+            ptrs = (ctypes.c_void_p * len(self.manifest.tensors))(
+                *(by_name[t.name].data_ptr() for t in self.manifest.tensors)
+            )
+            code = self.library.launch(ptrs, torch.cuda.current_stream().cuda_stream)
+        if code != 0:
+            raise RuntimeError(f"launch failed: {self.library.cuda.runtime.describe(code)}")
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def load_kernel(directory: Path | str) -> LoadedKernel:
+    """The kernel in ``directory`` (an export, or a built artifact), callable on torch tensors."""
+    return LoadedKernel(directory)
