@@ -53,7 +53,7 @@ def copy_funnel(
     )
 
     start = time.perf_counter()
-    space.check_problem(problem)
+    space.check(problem)
     knobs = {k.name: k.choices for k in space.raw_knobs(problem)}
     knobs["raster"] = STRUCTURE_CHOICES["raster"]
     legal = {t: space.legal_placements(t) for t in ("load", "store")}

@@ -485,7 +485,7 @@ class CopySpace(SearchSpace):
         placements are dataflow-legal (each token produced before its use, in
         the same iteration). The pipeline protocol is the verifier's to judge.
         """
-        self.check_problem(problem)
+        self.check(problem)
         raw = (
             self.placement_count("load")
             * self.placement_count("store")

@@ -139,7 +139,7 @@ def _config(genes: dict[str, Any], dtype: str, mnk: tuple[int, int, int],
 def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progress | None,
                 sample: int = 200) -> Funnel:
     start = time.perf_counter()
-    space.check_problem(problem)
+    space.check(problem)
     mnk = (problem["m"], problem["n"], problem["k"])
     aows = _choices("advance_on_wait")
     stages_choices = _choices("stages")

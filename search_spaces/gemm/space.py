@@ -82,7 +82,7 @@ class HopperGemmSpace(SearchSpace):
 
     # -- search ----------------------------------------------------------------------
     def enumerate(self, problem: Problem) -> Enumeration:
-        self.check_problem(problem)
+        self.check(problem)
         return _space.enumerate_space(problem)
 
     def suggest(self, trial: Any, problem: Problem) -> Genome:

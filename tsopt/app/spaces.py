@@ -68,7 +68,7 @@ def spaces_command(
 
     space = get_space(name)
     prob = problem_for(problem, space.name)
-    space.check_problem(prob)
+    space.check(prob)
     table = Table(title=f"{space.name}: {space.description}", title_justify="left")
     for column in ("knob", "kind", "choices", "what it is"):
         table.add_column(column, overflow="fold")

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-DTYPES: dict[str, int] = {"fp16": 2, "bf16": 2}
-"""Supported element types and their size in bytes."""
+DTYPES: dict[str, int] = {"fp16": 2, "bf16": 2, "int16": 2}
+"""Element types and their size in bytes (a space declares which of them it takes)."""
 
 @dataclass(frozen=True)
 class OpSpec:

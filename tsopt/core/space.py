@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from tsopt.core.genome import GeneValue, Genome
-from tsopt.core.problem import Problem
+from tsopt.core.problem import Problem, ProblemError
 
 KnobKind = Literal["structural", "numeric"]
 
@@ -109,11 +109,23 @@ class SearchSpace(ABC):
     op: ClassVar[str]
     description: ClassVar[str]
     archs: ClassVar[tuple[str, ...]] = ("sm_90a",)
+    dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16")
 
     # -- problems and knobs ----------------------------------------------------------
+    def check(self, problem: Problem) -> None:
+        """Raise ``ProblemError`` naming the bad value if this space cannot tune ``problem``:
+        the op and dtype it is declared for, then the space's own :meth:`check_problem`."""
+        if problem.op != self.op:
+            raise ProblemError(f"space {self.name!r} tunes {self.op}, not {problem.op}")
+        if problem.dtype not in self.dtypes:
+            raise ProblemError(f"space {self.name!r} takes dtype {', '.join(self.dtypes)}, "
+                               f"not {problem.dtype!r}")
+        self.check_problem(problem)
+
     @abstractmethod
     def check_problem(self, problem: Problem) -> None:
-        """Raise ``ProblemError`` naming the bad value if this space cannot tune ``problem``."""
+        """Raise ``ProblemError`` naming the bad value if this space cannot tune ``problem``
+        (sizes, alignment); the op and dtype are checked by :meth:`check` first."""
 
     @abstractmethod
     def knobs(self, problem: Problem | None = None) -> tuple[Knob, ...]:

@@ -246,7 +246,7 @@ class Driver:
         request.validate()
         ensure_arch(request.arch)
         space = get_space(request.space)
-        space.check_problem(request.problem)
+        space.check(request.problem)
         if request.arch not in space.archs:
             raise UserInputError(f"--arch {request.arch!r}: space {space.name!r} builds for "
                                  f"{', '.join(space.archs)}")

@@ -182,7 +182,7 @@ def verify_genome(
 
     space = space or get_space(genome.space)
     problem = problem or default_problem(space.op)
-    space.check_problem(problem)
+    space.check(problem)
     cache = cache if cache is not None else _DEFAULT_CACHE
     start = time.perf_counter()
 
