@@ -6,23 +6,28 @@ that migrations run the same from a checkout and from an installed package.
 the database is already at head, and otherwise migrates inside one
 transaction that holds the write lock (SQLite ``BEGIN IMMEDIATE``) or an
 advisory lock (PostgreSQL), so a second process waits and then finds the
-tables already there.
+tables already there. Optuna's tables are created the same way (:func:`ensure_optuna_schema`),
+under a lock across processes: Optuna creating them from two processes at once fails ("table
+trial_params already exists"). :func:`schema_problems` lists what a database lacks of the
+tables it should have (``tsopt db check``, and every store that opens it).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from sqlalchemy import Engine
+from sqlalchemy import Engine, MetaData, inspect
 from sqlalchemy.engine import Connection
 
-from tsopt.core.errors import UserInputError
-from tsopt.db.engine import display_url, write_engine
+from tsopt.core.errors import DatabaseUnusable
+from tsopt.db.engine import database_lock, display_url, write_engine
+from tsopt.db.models import Base
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "tsopt_alembic_version"
@@ -58,10 +63,10 @@ def _check_known(revision: str | None, engine: Engine) -> None:
     try:
         script.get_revision(revision)
     except CommandError:
-        raise UserInputError(
+        raise DatabaseUnusable(
             f"database {display_url(engine.url)!r} is at tsopt schema revision {revision!r}, "
-            f"which this tsopt does not know (its newest is {head_revision()!r}): "
-            "it was written by a newer tsopt"
+            f"which this tsopt does not know (its newest is {head_revision()!r}): it was "
+            "written by a newer tsopt; upgrade tsopt, or pass --db to another database"
         ) from None
 
 
@@ -81,3 +86,69 @@ def upgrade(engine: Engine) -> bool:
             return False
         command.upgrade(alembic_config(connection=conn), "head")
     return True
+
+
+OPTUNA_TABLES = ("studies", "trials", "version_info", "alembic_version")
+
+
+def optuna_metadata() -> MetaData:
+    from optuna.storages._rdb import models  # Optuna's own table declarations
+
+    return models.BaseModel.metadata
+
+
+def ensure_optuna_schema(engine: Engine, make_storage: Any) -> None:
+    """Create Optuna's tables once, under a lock across processes, by constructing Optuna's
+    storage (``make_storage()``) while holding it; a database that has them is left alone."""
+    if set(OPTUNA_TABLES) <= set(inspect(engine).get_table_names()):
+        return
+    with database_lock(engine, "tsopt-schema"):
+        engine.dispose()  # the inspector's cached view predates the lock
+        if set(OPTUNA_TABLES) <= set(inspect(engine).get_table_names()):
+            return
+        storage = make_storage()
+        storage.engine.dispose()
+
+
+def schema_problems(connection: Connection, optuna: bool = True) -> list[str]:
+    """Each table or column of tsopt's (and Optuna's) schema that the database lacks."""
+    inspector = inspect(connection)
+    present = set(inspector.get_table_names())
+    problems: list[str] = []
+    metadatas: list[tuple[str, MetaData]] = [("tsopt", Base.metadata)]
+    if optuna and set(OPTUNA_TABLES) & present:
+        metadatas.append(("Optuna", optuna_metadata()))
+    for owner, metadata in metadatas:
+        for table in metadata.sorted_tables:
+            if table.name not in present:
+                problems.append(f"{owner} table {table.name!r} is missing")
+                continue
+            have = {c["name"] for c in inspector.get_columns(table.name)}
+            problems += [f"{owner} table {table.name!r} has no column {c.name!r}"
+                         for c in table.columns if c.name not in have]
+    return problems
+
+
+def known_revisions() -> set[str]:
+    """Every tsopt schema revision this tsopt knows."""
+    return {r.revision for r in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
+def optuna_revisions() -> tuple[str, set[str]]:
+    """This Optuna's newest schema revision and every revision it knows."""
+    import optuna.storages._rdb as rdb
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(rdb.__file__).resolve().parent / "alembic"))
+    script = ScriptDirectory.from_config(config)
+    head = script.get_current_head()
+    assert head is not None, "Optuna ships its migrations"
+    return head, {r.revision for r in script.walk_revisions()}
+
+
+def revision_in(connection: Connection, version_table: str) -> str | None:
+    """The revision recorded in an Alembic version table (None when the table is absent)."""
+    if version_table not in inspect(connection).get_table_names():
+        return None
+    context = MigrationContext.configure(connection, opts={"version_table": version_table})
+    return context.get_current_revision()

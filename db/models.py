@@ -27,7 +27,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-STUDY_STATUSES: tuple[str, ...] = ("running", "finished", "interrupted")
+STUDY_STATUSES: tuple[str, ...] = ("running", "finished", "interrupted", "killed")
+RUN_STATUSES: tuple[str, ...] = ("running", "finished", "interrupted", "failed", "killed")
 ORIGINS: tuple[str, ...] = ("seed", "enumerate", "suggest", "warm_start", "planted")
 VERDICT_STAGES: tuple[str, ...] = ("dataflow", "ts", "tsopt", "ok")
 BUILD_STATUSES: tuple[str, ...] = ("ok", "error")
@@ -59,6 +60,28 @@ class StudyRow(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow
     )
+    # When the study was found left ``running`` with no live run: the last heartbeat heard.
+    killed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class RunRow(Base):
+    """One ``tsopt tune`` process on a study: where it runs and when it was last heard of."""
+
+    __tablename__ = "tsopt_run"
+    __table_args__ = (
+        UniqueConstraint("run_id", name="uq_tsopt_run_run_id"),
+        Index("ix_tsopt_run_study", "study_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    study_id: Mapped[int] = mapped_column(ForeignKey("tsopt_study.id"))
+    pid: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class VerdictRow(Base):
@@ -121,6 +144,8 @@ class CandidateRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     verdict_id: Mapped[int | None] = mapped_column(ForeignKey("tsopt_verdict.id"))
     build_id: Mapped[int | None] = mapped_column(ForeignKey("tsopt_build.id"))
+    # The run verifying, building or measuring it (a run of another process waits for it).
+    claimed_by: Mapped[str | None] = mapped_column(String(64))
 
 
 class MeasurementRow(Base):
@@ -151,6 +176,11 @@ class MeasurementRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     seconds: Mapped[float] = mapped_column(Float, default=0.0)
     measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Paired timing (revision 0002): the ratio's 95 % interval, its rounds, the GPU's state.
+    ratio_lo: Mapped[float | None] = mapped_column(Float)
+    ratio_hi: Mapped[float | None] = mapped_column(Float)
+    rounds: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    conditions_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
 
 
 class BaselineRow(Base):

@@ -50,6 +50,7 @@ def study_info(row: StudyRow) -> StudyInfo:
         optuna_study_name=row.optuna_study_name,
         created_at=aware(row.created_at),
         updated_at=aware(row.updated_at),
+        killed_at=aware(row.killed_at) if row.killed_at is not None else None,
     )
 
 
@@ -109,6 +110,10 @@ def measurement_record(row: MeasurementRow, genome_hash: str, problem_key: str) 
         torch=row.torch,
         error=row.error,
         seconds=row.seconds,
+        ratio_lo=row.ratio_lo,
+        ratio_hi=row.ratio_hi,
+        rounds=row.rounds or 0,
+        conditions=json.loads(row.conditions_json or "{}"),
     )
 
 
@@ -243,17 +248,22 @@ def measured_hashes(session: Session, study: StudyRow) -> set[str]:
     return set(rows)
 
 
-def candidates(session: Session, study: StudyRow) -> list[CandidateInfo]:
-    """Every candidate of the study in the order they were proposed, with all their records."""
+def candidates(session: Session, study: StudyRow,
+               candidate_id: int | None = None) -> list[CandidateInfo]:
+    """Every candidate of the study in the order they were proposed, with all their records
+    (only the one with ``candidate_id`` when given)."""
     problem_key = study.problem_key
     by_candidate: dict[int, list[RecordedMeasurement]] = {}
+    chosen = CandidateRow.study_id == study.id
+    if candidate_id is not None:
+        chosen = chosen & (CandidateRow.id == candidate_id)
     hashes = dict(session.execute(
-        select(CandidateRow.id, CandidateRow.genome_hash).where(CandidateRow.study_id == study.id)
+        select(CandidateRow.id, CandidateRow.genome_hash).where(chosen)
     ).all())
     measurements = session.scalars(
         select(MeasurementRow)
         .join(CandidateRow, CandidateRow.id == MeasurementRow.candidate_id)
-        .where(CandidateRow.study_id == study.id)
+        .where(chosen)
         .order_by(MeasurementRow.id)
     )
     for m in measurements:
@@ -266,7 +276,7 @@ def candidates(session: Session, study: StudyRow) -> list[CandidateInfo]:
         select(CandidateRow, VerdictRow, BuildRow)
         .outerjoin(VerdictRow, VerdictRow.id == CandidateRow.verdict_id)
         .outerjoin(BuildRow, BuildRow.id == CandidateRow.build_id)
-        .where(CandidateRow.study_id == study.id)
+        .where(chosen)
         .order_by(CandidateRow.id)
     )
     return [

@@ -7,36 +7,63 @@ objects. Writes are idempotent where a caller may repeat them (a candidate
 proposed twice, a bundle ingested twice) and never overwrite a recorded
 result (the one exception: a cached build failure gives way to a later
 success under the same cache key), so nothing already recorded is lost.
+
+Several processes may share one study. Each ``tsopt tune`` registers a run (pid, host,
+heartbeat: :meth:`Store.start_run`); a candidate is claimed by the run that evaluates it
+(:meth:`Store.claim_candidate`), so no two runs build the same genome; a study left
+``running`` by a run that is gone (killed by the system) is marked ``killed``, with when,
+by the next store that opens the database (:meth:`Store.reap_killed`).
+
+A database that cannot be used (corrupted, read-only, altered, of a newer schema) raises
+:class:`~tsopt.core.errors.DatabaseUnusable` naming it and saying what to do.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
-from tsopt.core.errors import UserInputError
+from tsopt.core.errors import DatabaseUnusable, UserInputError
 from tsopt.core.genome import Genome
+from tsopt.core.names import check_study_name
 from tsopt.core.problem import Problem
 from tsopt.core.records import MEASURE_STATUSES, BuildResult, Measurement, Verdict
 from tsopt.db import queries
-from tsopt.db.engine import display_url, is_sqlite_memory, open_engine, parse_url, write_engine
-from tsopt.db.migrate import upgrade
+from tsopt.db.engine import (
+    database_lock,
+    display_url,
+    is_database_failure,
+    is_sqlite_memory,
+    open_engine,
+    parse_url,
+    sqlite_path,
+    unusable,
+    write_engine,
+)
+from tsopt.db.migrate import ensure_optuna_schema, schema_problems, upgrade
 from tsopt.db.models import (
     BUILD_STATUSES,
     ORIGINS,
+    RUN_STATUSES,
     STUDY_STATUSES,
     BaselineRow,
     BuildRow,
     CandidateRow,
     MeasurementRow,
+    RunRow,
     StudyRow,
     VerdictRow,
     utcnow,
@@ -50,6 +77,46 @@ Row = TypeVar("Row", bound=Any)
 
 # Optuna's own engine on a shared SQLite file must wait for our writers too.
 _OPTUNA_SQLITE_TIMEOUT_S = 30
+
+HEARTBEAT_S = 5.0
+"""How often a run's heartbeat is written (:class:`tsopt.search.driver.Driver` beats)."""
+STALE_S = 60.0
+"""A run not heard of for this long is gone (a run on this host is gone at once when its
+process is)."""
+HOST = socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The outcome of :meth:`Store.claim_candidate`: the candidate, whether this run now holds
+    it (new, already its own, or taken over from a run that is gone), else the live run that
+    does, and what is recorded of it."""
+
+    candidate_id: int
+    mine: bool
+    created: bool
+    holder: str | None
+    info: CandidateInfo
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def run_alive(row: RunRow) -> bool:
+    """A run is alive while it says it runs, was heard of within :data:`STALE_S`, and (on
+    this host) its process exists."""
+    if row.status != "running":
+        return False
+    if queries.aware(row.heartbeat_at) < utcnow() - timedelta(seconds=STALE_S):
+        return False
+    return row.host != HOST or _pid_alive(row.pid)
 
 
 VERDICT_KEY_LENGTH = 255  # tsopt_verdict.verdict_key is VARCHAR(255)
@@ -77,15 +144,42 @@ class Store:
         self._engine = open_engine(url)
         try:
             upgrade(self._engine)
-        except DBAPIError as exc:  # unreachable server, bad password, no right to create tables
+            with self._engine.connect() as conn:
+                problems = schema_problems(conn, optuna=False)
+        except DatabaseUnusable:
             self._engine.dispose()
-            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-            raise UserInputError(
-                f"cannot open database {display_url(self._parsed)!r}: {reason}"
-            ) from None
+            raise
+        except (DBAPIError, sqlite3.Error) as exc:  # unreachable, corrupted, read-only ...
+            self._engine.dispose()
+            if not is_database_failure(exc):
+                raise
+            raise unusable(exc, self._parsed) from None
+        if problems:
+            self._engine.dispose()
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise DatabaseUnusable(
+                f"database {self._where()} does not have the tables this tsopt expects: "
+                f"{problems[0]}{more}; it was altered by hand or by another program: restore "
+                "it from a backup, or pass --db to another database (`tsopt db check` lists "
+                "every difference)")
         self._read = sessionmaker(self._engine, expire_on_commit=False)
         self._write_sessions = sessionmaker(write_engine(self._engine), expire_on_commit=False)
         self._local = threading.local()
+        self._optuna_schema_ready = False
+        try:
+            self.reap_killed()
+        except DatabaseUnusable as exc:
+            # A read-only database is read as it is (a report needs no write); any other
+            # failure shows again at the first query, with its message.
+            if "read-only" not in str(exc):
+                raise
+
+    def _where(self) -> str:
+        path = sqlite_path(self._parsed)
+        return repr(str(path)) if path is not None else repr(display_url(self._parsed))
+
+    def _failed(self, exc: BaseException) -> UserInputError:
+        return unusable(exc, self._parsed)
 
     # -- plumbing -----------------------------------------------------------------------
     @property
@@ -116,12 +210,60 @@ class Store:
         if getattr(self._local, "session", None) is not None:
             yield
             return
-        with self._write_sessions() as session, session.begin():
-            self._local.session = session
-            try:
-                yield
-            finally:
-                self._local.session = None
+        try:
+            with self._write_sessions() as session, session.begin():
+                self._local.session = session
+                try:
+                    yield
+                finally:
+                    self._local.session = None
+        except (DBAPIError, sqlite3.Error) as exc:
+            if not is_database_failure(exc):
+                raise
+            raise self._failed(exc) from None
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One transaction for every store call in the block (in this thread) *and* for
+        Optuna's storage (:meth:`optuna_storage` hands out one bound to it meanwhile): all of
+        it is written, or none of it (an ingest refused half-way leaves no study, no trial,
+        no row behind). Optuna's tables must exist before (they are created, if need be, on
+        entry)."""
+        import optuna
+
+        if getattr(self._local, "session", None) is not None:
+            raise RuntimeError("Store.atomic() cannot be nested in a batch")
+        storage = self.optuna_storage()
+        try:
+            with write_engine(self._engine).connect() as conn, conn.begin():
+                # Both sessions join the connection's transaction; each commit of theirs only
+                # releases a savepoint, and the block's end commits all.
+                session = Session(bind=conn, join_transaction_mode="create_savepoint",
+                                  expire_on_commit=False)
+                bound = scoped_session(sessionmaker(bind=conn,
+                                                    join_transaction_mode="create_savepoint"))
+                storage.scoped_session = bound
+                self._local.session = session
+                self._local.optuna = storage
+                try:
+                    yield
+                    session.commit()
+                finally:
+                    self._local.session = None
+                    self._local.optuna = None
+                    session.close()
+                    bound.remove()
+        except optuna.exceptions.StorageInternalError as exc:
+            cause = exc.__cause__
+            if cause is None or not is_database_failure(cause):
+                raise
+            raise self._failed(cause) from None
+        except (DBAPIError, sqlite3.Error) as exc:
+            if not is_database_failure(exc):
+                raise
+            raise self._failed(exc) from None
+        finally:
+            storage.engine.dispose()
 
     @contextmanager
     def _reading(self) -> Iterator[Session]:
@@ -129,8 +271,13 @@ class Store:
         if batched is not None:
             yield batched
             return
-        with self._read() as session, session.begin():
-            yield session
+        try:
+            with self._read() as session, session.begin():
+                yield session
+        except (DBAPIError, sqlite3.Error) as exc:
+            if not is_database_failure(exc):
+                raise
+            raise self._failed(exc) from None
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:
@@ -138,13 +285,33 @@ class Store:
         if batched is not None:
             yield batched
             return
-        with self._write_sessions() as session, session.begin():
-            yield session
+        try:
+            with self._write_sessions() as session, session.begin():
+                yield session
+        except (DBAPIError, sqlite3.Error) as exc:
+            if not is_database_failure(exc):
+                raise
+            raise self._failed(exc) from None
+
+    @contextmanager
+    def study_lock(self, name: str) -> Iterator[None]:
+        """Hold study ``name``'s lock across processes (no transaction held): asking Optuna
+        for a trial within the budget, taking up a trial another run left."""
+        with database_lock(self._engine, f"study:{name}"):
+            yield
 
     def optuna_storage(self) -> optuna.storages.RDBStorage:
-        """Optuna's RDB storage on the same database, so optuna-dashboard reads it too."""
+        """Optuna's RDB storage on the same database, so optuna-dashboard reads it too.
+
+        Optuna's tables are created under a lock across processes the first time (two
+        processes creating them at once collide). Inside :meth:`atomic` this is the storage
+        bound to the block's transaction. A schema of a newer Optuna, or tables that lack a
+        column, raise DatabaseUnusable."""
         import optuna
 
+        bound = getattr(self._local, "optuna", None)
+        if bound is not None:
+            return bound  # type: ignore[no-any-return]
         if is_sqlite_memory(self._parsed):
             raise UserInputError(
                 f"database URL {self._url!r} is in memory: Optuna would open a second, "
@@ -155,7 +322,38 @@ class Store:
             kwargs["connect_args"] = {"timeout": _OPTUNA_SQLITE_TIMEOUT_S}
         # The parsed URL, not the raw string: it carries the driver chosen by parse_url.
         url = self._parsed.render_as_string(hide_password=False)
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+
+        def make() -> optuna.storages.RDBStorage:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+
+        try:
+            if not self._optuna_schema_ready:
+                ensure_optuna_schema(self._engine, make)
+                with self._engine.connect() as conn:
+                    problems = schema_problems(conn)
+                if problems:
+                    raise DatabaseUnusable(
+                        f"database {self._where()} does not have the tables Optuna expects: "
+                        f"{problems[0]}; restore it from a backup, or pass --db to another "
+                        "database (`tsopt db check` lists every difference)")
+                self._optuna_schema_ready = True
+            return make()
+        except RuntimeError as exc:
+            # Optuna's own refusal of a schema it does not know (a newer Optuna's).
+            if "compatible with the table schema" not in str(exc):
+                raise
+            raise DatabaseUnusable(
+                f"database {self._where()} holds Optuna tables of another Optuna version: "
+                f"{str(exc).strip().splitlines()[0]}") from None
+        except optuna.exceptions.StorageInternalError as exc:
+            cause = exc.__cause__
+            if cause is None or not is_database_failure(cause):
+                raise
+            raise self._failed(cause) from None
+        except (DBAPIError, sqlite3.Error) as exc:
+            if not is_database_failure(exc):
+                raise
+            raise self._failed(exc) from None
 
     def _study_row(self, session: Session, name: str) -> StudyRow:
         # Remembered per session: a batch of thousands of writes looks the study up once.
@@ -206,8 +404,7 @@ class Store:
         An existing study keeps its recorded sampler and config. Raises
         :class:`UserInputError` when it exists for another space, problem or arch.
         """
-        if not isinstance(name, str) or not name.strip() or len(name) > 255:
-            raise UserInputError(f"study name {name!r} must be 1 to 255 characters")
+        check_study_name(name)
         with self._writing() as session:
             fresh = StudyRow(
                 name=name, space=space, problem_key=problem.key, problem_json=problem.to_json(),
@@ -253,6 +450,99 @@ class Store:
             row = self._study_row(session, name)
             row.status = status
             row.updated_at = utcnow()
+            if status != "killed":
+                row.killed_at = None
+
+    # -- runs ---------------------------------------------------------------------------
+    def start_run(self, study: str, run_id: str) -> int:
+        """Register this process as a run of ``study`` (status ``running``); returns how many
+        other runs of it are alive now."""
+        with self._writing() as session:
+            row = self._study_row(session, study)
+            others = [r for r in session.scalars(select(RunRow).where(
+                RunRow.study_id == row.id, RunRow.status == "running")) if run_alive(r)]
+            now = utcnow()
+            session.add(RunRow(run_id=run_id, study_id=row.id, pid=os.getpid(), host=HOST,
+                               status="running", started_at=now, heartbeat_at=now))
+            row.status, row.killed_at, row.updated_at = "running", None, now
+            return len(others)
+
+    def heartbeat(self, run_id: str) -> None:
+        """This run is alive (the driver writes it every :data:`HEARTBEAT_S`)."""
+        with self._writing() as session:
+            session.execute(update(RunRow).where(RunRow.run_id == run_id,
+                                                 RunRow.status == "running")
+                            .values(heartbeat_at=utcnow()))
+
+    def finish_run(self, run_id: str, status: str) -> str:
+        """End a run; the study takes ``status`` unless another of its runs is still alive
+        (then it stays ``running``). Returns the study's status."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"run status {status!r} is not one of {RUN_STATUSES}")
+        with self._writing() as session:
+            run = session.scalar(select(RunRow).where(RunRow.run_id == run_id))
+            if run is None:
+                raise ValueError(f"no run {run_id!r}")
+            run.status, run.finished_at = status, utcnow()
+            study = session.get(StudyRow, run.study_id)
+            assert study is not None
+            others = [r for r in session.scalars(select(RunRow).where(
+                RunRow.study_id == study.id, RunRow.status == "running",
+                RunRow.run_id != run_id)) if run_alive(r)]
+            study_status = "running" if others else (
+                status if status in STUDY_STATUSES else "interrupted")
+            study.status, study.updated_at = study_status, utcnow()
+            if study_status != "killed":
+                study.killed_at = None
+            return study_status
+
+    def run_alive(self, run_id: str) -> bool:
+        with self._reading() as session:
+            row = session.scalar(select(RunRow).where(RunRow.run_id == run_id))
+            return row is not None and run_alive(row)
+
+    def live_runs(self, study: str) -> set[str]:
+        """The runs of ``study`` alive now."""
+        with self._reading() as session:
+            row = self._study_row(session, study)
+            return {r.run_id for r in session.scalars(select(RunRow).where(
+                RunRow.study_id == row.id, RunRow.status == "running")) if run_alive(r)}
+
+    def reap_killed(self) -> list[str]:
+        """Mark every study left ``running`` with no live run (its process killed by the
+        system, the machine gone) as ``killed``, with when it was last heard of, and its dead
+        runs the same. Returns the names marked. Runs when a store opens the database: the
+        next command to touch a killed study says so."""
+        stale_before = utcnow() - timedelta(seconds=STALE_S)
+        with self._reading() as session:
+            running = list(session.scalars(select(StudyRow).where(StudyRow.status == "running")))
+            suspects = []
+            for study in running:
+                runs = list(session.scalars(select(RunRow).where(RunRow.study_id == study.id)))
+                if any(run_alive(r) for r in runs):
+                    continue
+                if not runs and queries.aware(study.updated_at) > stale_before:
+                    continue  # just created; its run registers in a moment
+                suspects.append(study.id)
+        if not suspects:
+            return []
+        marked = []
+        with self._writing() as session:
+            for study_id in suspects:
+                study = session.get(StudyRow, study_id)
+                if study is None or study.status != "running":
+                    continue
+                runs = list(session.scalars(select(RunRow).where(RunRow.study_id == study_id)))
+                if any(run_alive(r) for r in runs):
+                    continue
+                dead = [r for r in runs if r.status == "running"]
+                heard = [queries.aware(r.heartbeat_at) for r in dead] or [
+                    queries.aware(study.updated_at)]
+                for r in dead:
+                    r.status, r.finished_at = "killed", queries.aware(r.heartbeat_at)
+                study.status, study.killed_at = "killed", max(heard)
+                marked.append(study.name)
+        return marked
 
     # -- candidates ---------------------------------------------------------------------
     def add_candidate(
@@ -290,6 +580,59 @@ class Store:
     def set_trial_number(self, candidate_id: int, n: int) -> None:
         with self._writing() as session:
             self._candidate_row(session, candidate_id).trial_number = n
+
+    def claim_candidate(
+        self, study: str, genome: Genome, origin: str, trial_number: int | None, run_id: str,
+    ) -> Claim:
+        """Add ``genome`` to ``study`` held by run ``run_id``, or find it; this run holds it
+        when it is new, already this run's, or held by no live run (taken over: a run killed
+        part-way leaves its candidates to the next). Otherwise the live run that holds it is
+        named, and this run must not evaluate it (it waits for that run's outcome)."""
+        if origin not in ORIGINS:
+            raise ValueError(f"candidate origin {origin!r} is not one of {ORIGINS}")
+        with self._writing() as session:
+            study_row = self._study_row(session, study)
+            if genome.space != study_row.space:
+                raise UserInputError(
+                    f"genome {genome.short_hash} is of space {genome.space!r}, "
+                    f"but study {study!r} searches space {study_row.space!r}"
+                )
+            fresh = CandidateRow(
+                study_id=study_row.id, genome_hash=genome.hash, genome_json=genome.canonical_json(),
+                origin=origin, trial_number=trial_number, claimed_by=run_id,
+            )
+
+            def lookup() -> CandidateRow | None:
+                return session.scalar(select(CandidateRow).where(
+                    CandidateRow.study_id == study_row.id, CandidateRow.genome_hash == genome.hash,
+                ).with_for_update())
+
+            row = self._insert_or_get(session, fresh, lookup)
+            created = row is fresh
+            holder = None
+            if not created and row.claimed_by != run_id:
+                claimer = None if row.claimed_by is None else session.scalar(
+                    select(RunRow).where(RunRow.run_id == row.claimed_by))
+                if claimer is not None and run_alive(claimer):
+                    holder = claimer.run_id
+                else:
+                    row.claimed_by = run_id
+            session.flush()
+            info = queries.candidates(session, study_row, row.id)[0]
+            return Claim(row.id, holder is None, created, holder, info)
+
+    def candidate(self, study: str, candidate_id: int) -> tuple[CandidateInfo, str | None]:
+        """What is recorded of one candidate, and the live run holding it (None when none)."""
+        with self._reading() as session:
+            study_row = self._study_row(session, study)
+            found = queries.candidates(session, study_row, candidate_id)
+            if not found:
+                raise ValueError(f"no candidate {candidate_id} in study {study!r}")
+            row = self._candidate_row(session, candidate_id)
+            claimer = None if row.claimed_by is None else session.scalar(
+                select(RunRow).where(RunRow.run_id == row.claimed_by))
+            return found[0], (claimer.run_id if claimer is not None and run_alive(claimer)
+                              else None)
 
     # -- verdict cache ------------------------------------------------------------------
     def find_verdict(self, space: str, verdict_key: str) -> Verdict | None:
@@ -385,6 +728,7 @@ class Store:
             fields = m.to_dict()
             for derived in ("genome_hash", "problem_key"):
                 fields.pop(derived)
+            fields["conditions_json"] = json.dumps(fields.pop("conditions"), sort_keys=True)
             fresh = MeasurementRow(candidate_id=candidate_id, run_id=run_id, **fields)
             return self._insert_or_get(session, fresh, lookup) is fresh
 

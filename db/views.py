@@ -33,6 +33,7 @@ class StudyInfo:
     optuna_study_name: str
     created_at: datetime
     updated_at: datetime
+    killed_at: datetime | None = None  # status "killed": when its last run was last heard of
 
     @property
     def problem_key(self) -> str:

@@ -13,7 +13,7 @@ from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.db.store import Store
 from tsopt.db.views import CandidateInfo, RankedCandidate, StudyInfo
-from tsopt.reports.importance import METHOD, MIN_TIMED, importance
+from tsopt.reports.importance import METHOD, MIN_TIMED, RELIABLE_TIMED, importance
 from tsopt.reports.schedule import schedule_view
 
 TOP_ROWS = 100
@@ -164,6 +164,8 @@ def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, An
         "importance": {
             "method": METHOD,
             "min_timed": MIN_TIMED,
+            "reliable_timed": RELIABLE_TIMED,
+            "reliable": len(timed) >= RELIABLE_TIMED,
             "timed": len(timed),
             "genes": [g.to_dict() for g in imp],
         },

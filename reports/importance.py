@@ -7,6 +7,12 @@ a one-way ANOVA). Placements count as genes too (``store.release`` -> its
 section). Log time, so that a gene halving the time weighs the same on a fast
 and on a slow kernel. Each gene is judged alone: genes that act together share
 credit, and eta^2 of genes need not sum to 1.
+
+With few timed candidates eta^2 is large by chance: a gene with no effect at all,
+taking v values over n candidates, explains (v - 1) / (n - 1) of the variance on
+average (its ``chance``). The report shows how many candidates the figure rests
+on, hides it below :data:`MIN_TIMED` and marks it unreliable below
+:data:`RELIABLE_TIMED`.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ METHOD = (
     "study's timings."
 )
 MIN_TIMED = 3
+RELIABLE_TIMED = 30
+"""Below this many timed candidates the figure is marked unreliable: a 4-valued gene with no
+effect would still show eta^2 of 3/29 = 0.10 on average at 30, and 0.33 at 10."""
 
 
 @dataclass(frozen=True)
@@ -32,10 +41,16 @@ class GeneImportance:
     eta_squared: float
     values: int
     best_value: str
+    chance: float = 0.0  # the eta^2 a gene of this many values shows on average with no effect
 
     def to_dict(self) -> dict[str, object]:
         return {"gene": self.gene, "eta2": self.eta_squared, "values": self.values,
-                "best_value": self.best_value}
+                "best_value": self.best_value, "chance": self.chance}
+
+
+def chance_level(values: int, timed: int) -> float:
+    """Mean eta^2 of a gene with ``values`` values and no effect over ``timed`` candidates."""
+    return min(1.0, (values - 1) / (timed - 1)) if timed > 1 else 1.0
 
 
 def _label(value: GeneValue) -> str:
@@ -74,5 +89,6 @@ def importance(timed: Sequence[tuple[Genome, float]]) -> list[GeneImportance]:
         between = sum(len(ys) * (sum(ys) / len(ys) - mean) ** 2 for ys in groups.values())
         best = min(groups, key=lambda v: (sum(groups[v]) / len(groups[v]), v))
         eta2 = between / total if total > 0 else 0.0
-        found.append(GeneImportance(gene, min(1.0, eta2), len(groups), best))
+        found.append(GeneImportance(gene, min(1.0, eta2), len(groups), best,
+                                    chance_level(len(groups), len(timed))))
     return sorted(found, key=lambda g: (-g.eta_squared, g.gene))

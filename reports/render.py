@@ -17,7 +17,7 @@ _PLACEHOLDER = re.compile(r"\{\{(TITLE|STYLE|SCRIPT|DATA)\}\}")
 
 
 def _asset(name: str) -> str:
-    return resources.files("reports").joinpath("assets", name).read_text(encoding="utf-8")
+    return resources.files("tsopt.reports").joinpath("assets", name).read_text(encoding="utf-8")
 
 
 def _finite(value: Any) -> Any:

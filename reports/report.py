@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich import box
@@ -80,14 +81,19 @@ def list_studies(store: Store, console: Console) -> int:
     return 0
 
 
-def report_command(
-    study: str | None, out: Path | None, compare: Sequence[str], db_url: str, console: Console,
-) -> int:
-    """List the studies (no study given) or write the HTML report; returns the exit code."""
-    names = _study_names(study, compare)
+@dataclass(frozen=True)
+class WrittenReport:
+    """A report on disk: its path, size, and each study with its count of timed candidates."""
+
+    path: Path
+    kib: float
+    studies: tuple[tuple[str, int], ...]
+
+
+def write_report(names: Sequence[str], out: Path | None, db_url: str) -> WrittenReport:
+    """Write the HTML report of one study (or two side by side); ``out`` a file or a folder
+    (default: ``report-<study>.html`` here)."""
     with open_existing(db_url) as store:
-        if not names:
-            return list_studies(store, console)
         known = {s.name for s in store.list_studies()}
         for name in names:
             if name not in known:
@@ -100,8 +106,20 @@ def report_command(
     page = render_html(document)
     _write_atomically(path, page)
     timed = [s["funnel"][-1]["count"] for s in document["studies"]]
+    return WrittenReport(path, len(page.encode()) / 1024, tuple(zip(names, timed, strict=True)))
+
+
+def report_command(
+    study: str | None, out: Path | None, compare: Sequence[str], db_url: str, console: Console,
+) -> int:
+    """List the studies (no study given) or write the HTML report; returns the exit code."""
+    names = _study_names(study, compare)
+    if not names:
+        with open_existing(db_url) as store:
+            return list_studies(store, console)
+    written = write_report(names, out, db_url)
     console.print(
-        f"Wrote {path} ({len(page.encode()) / 1024:.0f} KiB) for "
-        + ", ".join(f"{n} ({t} timed)" for n, t in zip(names, timed, strict=True))
+        f"Wrote {written.path} ({written.kib:.0f} KiB) for "
+        + ", ".join(f"{n} ({t} timed)" for n, t in written.studies)
     )
     return 0

@@ -1,84 +1,23 @@
 """What a schedule timeline draws: tasks, their warps, and their placed ops.
 
 The drawing is generic: it takes a list of :class:`TaskView` (task name, warp
-range, ops with their sections) and knows nothing about templates. Which
-warps run which task is a fact of the template, so a search space may provide
-``schedule_view(genome) -> list[TaskView]``; :func:`schedule_view` uses it when
-the space has one and otherwise derives the views from the genome alone
-(:func:`generic_schedule_view`). Only the hook path imports the space (and so
+range, ops with their sections; declared with the space interface in
+``tsopt.core.space``) and knows nothing about templates. Which warps run which
+task is a fact of the template, so :func:`schedule_view` asks the genome's space
+(:meth:`SearchSpace.schedule_view <tsopt.core.space.SearchSpace.schedule_view>`);
+a space that draws none, or cannot be loaded, gets views derived from the genome
+alone (:func:`generic_schedule_view`). Loading the space imports it (and so
 possibly the DSL).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
 
-from tsopt.core.genome import Genome, Section
+from tsopt.core.genome import Genome
+from tsopt.core.space import OpKind, OpView, SearchSpace, TaskView, op_kind
 
-OpKind = Literal["acquire", "commit", "wait", "release", "work"]
-
-_SYNC_KINDS: dict[str, OpKind] = {
-    "try_acquire": "acquire",
-    "acquire": "acquire",
-    "commit": "commit",
-    "try_wait": "wait",
-    "wait": "wait",
-    "release": "release",
-}
-
-
-@dataclass(frozen=True)
-class OpView:
-    name: str
-    section: Section
-    kind: OpKind
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "section": self.section, "kind": self.kind}
-
-
-@dataclass(frozen=True)
-class TaskView:
-    """One task's lane: its warps (first..last inclusive, None if unknown) and ops in order."""
-
-    task: str
-    first_warp: int | None
-    last_warp: int | None
-    ops: tuple[OpView, ...]
-
-    @property
-    def warps_label(self) -> str:
-        if self.first_warp is None or self.last_warp is None:
-            return "warps ?"
-        if self.first_warp == self.last_warp:
-            return f"warp {self.first_warp}"
-        return f"warps {self.first_warp}\u2013{self.last_warp}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "task": self.task,
-            "warps": self.warps_label,
-            "first_warp": self.first_warp,
-            "last_warp": self.last_warp,
-            "ops": [op.to_dict() for op in self.ops],
-        }
-
-
-def op_kind(name: str) -> OpKind:
-    """The pipeline role of an op from its name (``acquire``, ``smem.release``); else work.
-
-    Only a whole name segment counts, so a work call such as ``wgmma_wait``
-    stays work.
-    """
-    for segment in reversed(re.split(r"[.:/\s]+", name)):
-        if segment in _SYNC_KINDS:
-            return _SYNC_KINDS[segment]
-    return "work"
-
+__all__ = ["OpKind", "OpView", "TaskView", "generic_schedule_view", "op_kind", "schedule_view"]
 
 def _int_gene(genome: Genome, *names: str) -> int | None:
     for name in names:
@@ -119,30 +58,27 @@ def generic_schedule_view(genome: Genome) -> list[TaskView]:
     return views
 
 
-ScheduleHook = Callable[[Genome], list[TaskView]]
-
-
 @cache
-def _space_hook(space: str) -> tuple[ScheduleHook | None, str]:
-    """The space's ``schedule_view`` hook, or None and why not."""
+def _loaded_space(space: str) -> tuple[SearchSpace | None, str]:
+    """The space called ``space``, or None and why not."""
     from tsopt.core.registry import get_space
 
     try:
-        instance = get_space(space)
+        return get_space(space), f"drawn by space {space!r}"
     except Exception as exc:  # an unknown or broken space: the genome alone still draws
         return None, f"space {space!r} not loaded ({type(exc).__name__}: {exc})"
-    hook = getattr(instance, "schedule_view", None)
-    if not callable(hook):
-        return None, f"space {space!r} has no schedule_view"
-    return hook, f"drawn by space {space!r}"
 
 
 def schedule_view(genome: Genome) -> tuple[list[TaskView], str]:
     """The task views of a genome and a note on where they came from."""
-    hook, note = _space_hook(genome.space)
-    if hook is not None:
+    space, note = _loaded_space(genome.space)
+    if space is not None:
         try:
-            return list(hook(genome)), note
+            views = space.schedule_view(genome)
         except Exception as exc:  # the drawing must not sink the report
             note = f"space {genome.space!r} schedule_view failed ({type(exc).__name__}: {exc})"
+        else:
+            if views is not None:
+                return list(views), note
+            note = f"space {genome.space!r} draws no schedule view of its own"
     return generic_schedule_view(genome), f"warps from the genome's genes; {note}"

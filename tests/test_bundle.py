@@ -21,6 +21,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.test_watchdog import use_simulated_runner
+from tsopt.app.measure import measure_bundle
 from tsopt.cli import app
 from tsopt.core.artifact import ArtifactManifest, TensorDesc
 from tsopt.core.bundle import (
@@ -40,7 +41,7 @@ from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
 from tsopt.core.records import Measurement
 from tsopt.workers import bundle_measure
-from tsopt.workers.watchdog import Measurer, Probe
+from tsopt.workers.measurer import Measurer, Probe
 
 PROBLEM = Problem.of("copy", "fp16", rows=256, cols=512)
 
@@ -64,12 +65,17 @@ def make_artifact(root: Path, g: Genome, problem: Problem = PROBLEM, arch: str =
     return directory
 
 
-def make_bundle(root: Path, n: int = 3) -> tuple[Path, list[Genome]]:
+def make_bundle(root: Path, n: int = 3,
+                libraries: list[str] | None = None) -> tuple[Path, list[Genome]]:
+    """A bundle of ``n`` candidates; ``libraries``: the text of each one's library."""
     genomes = [genome(s) for s in range(2, 2 + n)]
     bundle = root / "bundle"
+    artifacts = [make_artifact(root, g) for g in genomes]
+    for artifact, text in zip(artifacts, libraries or [], strict=False):
+        (artifact / "libkernel.so").write_text(text)
     write_bundle(bundle, study="copy-study", space="copy", problem=PROBLEM, arch="sm_90a",
-                 candidates=[BundleEntry(g, make_artifact(root, g), origin="enumerate")
-                             for g in genomes])
+                 candidates=[BundleEntry(g, a, origin="enumerate")
+                             for g, a in zip(genomes, artifacts, strict=True)])
     return bundle, genomes
 
 
@@ -151,7 +157,9 @@ def test_foreign_manifest(tmp_path: Path, doc: Any, message: str) -> None:
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda d: d.update(version=2), "version 2 is not supported"),
+    (lambda d: d.update(version=3), "version 3 is not supported"),
+    (lambda d: d.update(version=1), "version 1 was written by an older tsopt, without the "
+                                    "checksums"),
     (lambda d: d.update(bundle_id="bundle-7"), "bundle_id 'bundle-7' is not a UUID"),
     (lambda d: d.pop("arch"), "missing field 'arch'"),
     (lambda d: d.update(extra=1), r"unknown field\(s\) \['extra'\]"),
@@ -203,8 +211,10 @@ def measurement(g: Genome, status: str = "ok", median_us: float | None = 30.0) -
 def results_for(bundle: Path, ms: list[Measurement]) -> BundleResults:
     manifest = read_manifest(bundle, check_artifacts=False)
     baseline = Baseline(PROBLEM.key, "torch.copy_", "simulated device", 21.0, 20.5, 22.0, 50)
+    files = {c.genome_hash: dict(c.files) for c in manifest.candidates}
     return BundleResults(bundle_id=manifest.bundle_id, run_id=str(uuid.uuid4()),
-                         device="simulated device", baselines=[baseline], measurements=ms)
+                         device="simulated device", baselines=[baseline], measurements=ms,
+                         measured_files={m.genome_hash: files[m.genome_hash] for m in ms})
 
 
 def test_results_round_trip_atomically(tmp_path: Path) -> None:
@@ -257,7 +267,7 @@ class SimulatedDevice(Measurer):
 
     def open(self, isolation: str, runs: int, warmup: int, checks: int, gpu: int | None,
              **options: Any) -> SimulatedDevice:
-        """Replaces watchdog.open_measurer: the same device, whatever the options."""
+        """Replaces bundle_measure.open_measurer: the same device, whatever the options."""
         self.opened.append({"isolation": isolation, "runs": runs, **options})
         self.runs, self.warmup, self.checks = runs, warmup, checks
         return self
@@ -307,13 +317,13 @@ def test_measure_bundle_records_every_status_and_resumes(
     device.statuses = {genomes[1].hash: "hang", genomes[2].hash: "crash"}
     device.stop_after = 2
     with pytest.raises(KeyboardInterrupt):
-        bundle_measure.measure_bundle(bundle, console=quiet())
+        measure_bundle(bundle, console=quiet())
     partial = read_results(bundle)
     assert partial is not None  # written after each candidate, so the interruption lost nothing
     assert [m.status for m in partial.measurements] == ["ok", "hang"]
 
     device.stop_after = None
-    assert bundle_measure.measure_bundle(bundle, console=quiet()) == 0
+    assert measure_bundle(bundle, console=quiet()) == 0
     done = read_results(bundle)
     assert done is not None and done.run_id == partial.run_id  # the same run, resumed
     assert [m.genome_hash for m in done.measurements] == [g.hash for g in genomes]
@@ -325,7 +335,7 @@ def test_measure_bundle_records_every_status_and_resumes(
     assert [o["isolation"] for o in device.opened] == ["worker", "worker"]  # the default
 
     probes = device.probe_count
-    assert bundle_measure.measure_bundle(bundle, console=quiet()) == 0  # nothing left
+    assert measure_bundle(bundle, console=quiet()) == 0  # nothing left
     assert device.probe_count == probes
 
 
@@ -333,8 +343,26 @@ def test_measure_bundle_limit_takes_the_first_candidates(
     tmp_path: Path, device: SimulatedDevice,
 ) -> None:
     bundle, genomes = make_bundle(tmp_path, n=3)
-    assert bundle_measure.measure_bundle(bundle, limit=2, runs=20, warmup=0, console=quiet()) == 0
+    assert measure_bundle(bundle, limit=2, runs=20, warmup=0, console=quiet()) == 0
     assert device.measured == [genomes[0].hash, genomes[1].hash]
+
+
+def test_measure_bundle_without_a_console_prints_plain_lines(
+    tmp_path: Path, device: SimulatedDevice, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The runner's ``--bundle`` (no rich on the measuring side): the same run, plain text."""
+    bundle, genomes = make_bundle(tmp_path, n=2)
+    device.statuses = {genomes[1].hash: "crash"}
+    assert bundle_measure.measure_bundle(bundle) == 0
+    out = capsys.readouterr().out
+    assert "2 candidates, 0 of the 2 selected already measured" in out
+    assert "simulated device: torch.copy_ 21.00 us (100.0 GB/s); watchdog limits: check" in out
+    assert f"ok           {genomes[0].hash[:12]}      25.00 us       90.0 GB/s" in out
+    assert f"crash        {genomes[1].hash[:12]}  simulated crash" in out
+    assert "statuses: crash 1, ok 1" in out and "fastest correct candidates on" in out
+    assert "results written to" in out and "[/" not in out and "[dim]" not in out  # no markup
+    results = read_results(bundle)
+    assert results is not None and [m.status for m in results.measurements] == ["ok", "crash"]
 
 
 def test_measure_bundle_refuses_bad_options(tmp_path: Path) -> None:
@@ -344,7 +372,7 @@ def test_measure_bundle_refuses_bad_options(tmp_path: Path) -> None:
                             ({"max_candidates": 0}, "max_candidates=0"),
                             ({"baseline": "never"}, "'never'")]:
         with pytest.raises(UserInputError, match=message):
-            bundle_measure.measure_bundle(bundle, console=quiet(), **kwargs)
+            measure_bundle(bundle, console=quiet(), **kwargs)
 
 
 def test_cli_measure_gives_exit_2_and_one_line_for_a_corrupted_manifest(tmp_path: Path) -> None:
@@ -364,12 +392,10 @@ def test_measure_bundle_in_simulated_measuring_workers_end_to_end(
     """Real worker processes running the real runner on the SIMULATED DEVICE of
     tests/test_watchdog.py (CPU tensors, Python kernels): a hang in the middle of a bundle."""
     use_simulated_runner(monkeypatch, tmp_path)
-    bundle, genomes = make_bundle(tmp_path, n=4)
-    for g, behaviour in zip(genomes, ["copy", "hang", "wrong", "copy"], strict=True):
-        (bundle / "artifacts" / g.hash / "libkernel.so").write_text(f"simulated: {behaviour}\n")
+    bundle, genomes = make_bundle(tmp_path, n=4, libraries=[
+        f"simulated: {behaviour}\n" for behaviour in ["copy", "hang", "wrong", "copy"]])
     out = io.StringIO()
-    code = bundle_measure.measure_bundle(bundle, runs=20, warmup=3,
-                                         console=Console(file=out, width=250))
+    code = measure_bundle(bundle, runs=20, warmup=3, console=Console(file=out, width=250))
     text = out.getvalue()
     assert code == 0, text
     results = read_results(bundle, read_manifest(bundle))
@@ -380,8 +406,9 @@ def test_measure_bundle_in_simulated_measuring_workers_end_to_end(
     # The session's first baseline for ingest; every timing kept: worker 1's, worker 2's (after
     # the hang) and the one at the end.
     assert len(results.baselines) == 1 and len(results.baseline_timings) == 3
-    assert [m.baseline_median_us for m in results.measurements] == [
-        results.baseline_timings[0].median_us, None, None, results.baseline_timings[1].median_us]
+    # Each correct candidate's ratio is its own: the vendor alternated with it in paired rounds.
+    assert [m.baseline_median_us is not None and m.rounds > 0
+            for m in results.measurements] == [True, False, False, True]
     assert results.baseline_timings[0] == results.baselines[0]
     assert "was lost to candidate" in text and "the next candidate gets a new worker" in text
     assert "measured 4 candidates in" in text

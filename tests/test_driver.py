@@ -31,6 +31,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from tests.test_db import db_url  # noqa: F401  (the SQLite + PostgreSQL fixture)
+from tsopt.core.bundle import Baseline
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
@@ -38,8 +39,9 @@ from tsopt.core.records import Measurement
 from tsopt.core.registry import get_space
 from tsopt.db.store import Store
 from tsopt.search.driver import Driver
+from tsopt.search.pools.protocol import MeasureDone, MeasureRequest, MeasureResult
+from tsopt.search.request import TuneRequest
 from tsopt.search.samplers import KnobView, make_sampler, parse_restrictions
-from tsopt.search.tune import TuneRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = Problem.of("copy", "fp16", rows=256, cols=512)
@@ -199,25 +201,25 @@ class SyntheticMeasurePool:
     slots = 1
 
     def __init__(self) -> None:
-        self.queue: deque[tuple[Any, str, str, dict[str, Any]]] = deque()
+        self.queue: deque[tuple[Any, MeasureRequest]] = deque()
         self.measured: list[str] = []
 
     def pending(self) -> int:
         return len(self.queue)
 
-    def submit(self, tag: Any, artifact_dir: str, genome_hash: str,
-               problem: dict[str, Any]) -> None:
-        self.queue.append((tag, artifact_dir, genome_hash, problem))
+    def submit(self, tag: Any, request: MeasureRequest) -> None:
+        self.queue.append((tag, request))
 
     def drop_queued(self) -> list[Any]:
         tags = [q[0] for q in self.queue]
         self.queue.clear()
         return tags
 
-    def poll(self, timeout: float) -> list[tuple[Any, int, dict[str, Any]]]:
+    def poll(self, timeout: float) -> list[MeasureDone]:
         if not self.queue:
             return []
-        tag, _, genome_hash, problem = self.queue.popleft()
+        tag, request = self.queue.popleft()
+        genome_hash, problem = request.genome_hash, request.problem
         self.measured.append(genome_hash)
         genome = Genome.from_json((Path(tag.build.artifact_dir) / "genome.json").read_text())
         stages, key = int(genome["stages"]), Problem.from_dict(problem).key  # type: ignore[arg-type]
@@ -231,9 +233,9 @@ class SyntheticMeasurePool:
                             rate_unit="GB/s", baseline_name="torch.copy (synthetic)",
                             baseline_median_us=12.0, ratio=12.0 / median,
                             device=SYNTHETIC_DEVICE)
-        baseline = {"name": "torch.copy (synthetic)", "device": SYNTHETIC_DEVICE,
-                    "median_us": 12.0, "rate_unit": "GB/s"}
-        return [(tag, 0, {"measurement": m.to_dict(), "baseline": baseline, "pid": 0})]
+        baseline = Baseline(key, "torch.copy (synthetic)", SYNTHETIC_DEVICE, 12.0, 12.0, 12.0,
+                            50, rate_unit="GB/s")
+        return [MeasureDone(tag, 0, MeasureResult(m, baseline))]
 
     def close(self) -> list[str]:
         return []
@@ -493,7 +495,8 @@ def test_ray_tasks_build_and_a_dying_worker_is_replaced_and_retried_once(
 
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
     # The driver (here) and the Ray workers load the crashing variant of the copy space.
-    monkeypatch.setitem(registry.SPACES, "copy", registry.SpaceEntry("copy", "tests.crashing_space:CrashingCopySpace", "copy", ""))
+    monkeypatch.setitem(registry.SPACES, "copy",
+                        registry.SpaceEntry("copy", "tests.crashing_space:CrashingCopySpace", "copy", ""))
     knobs = (*NARROW, *GRID_KNOBS)
     driver = Driver(request(tmp_path, url, sampler="grid", trials=3, knobs=knobs, workers=2),
                     quiet())
@@ -517,7 +520,8 @@ def test_ray_pool_evaluates_in_worker_processes(ray_cluster: Path, tmp_path: Pat
     results: dict[str, Evaluation | str] = {}
     deadline = time.monotonic() + 120
     while len(results) < 3 and time.monotonic() < deadline:
-        results.update(dict(pool.poll(0.5)))
+        results.update({done.tag: done.evaluation if done.evaluation is not None else
+                        done.failure or "" for done in pool.poll(0.5)})
     evaluations = {k: v for k, v in results.items() if isinstance(v, Evaluation)}
     assert len(evaluations) == 3, results
     assert all(e.pid != os.getpid() for e in evaluations.values())

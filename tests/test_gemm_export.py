@@ -29,8 +29,6 @@ from tsopt.core.problem import Problem  # noqa: E402
 from tsopt.core.registry import get_space  # noqa: E402
 from tsopt.search_spaces.gemm import kernel as K  # noqa: E402
 from tsopt.search_spaces.gemm.export import render_body  # noqa: E402
-from tsopt.search_spaces.gemm.layout import make_genome  # noqa: E402
-from tsopt.search_spaces.gemm.screen import screened  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = Problem.of("gemm", "bf16", m=512, n=512, k=512)
@@ -115,11 +113,11 @@ def test_literal_bodies_make_the_same_calls_as_the_placed_ops_for_every_screened
     # Tokens are named by call order, so a literal body that hands tma_load the coordinates of
     # another compute_coords, or a wgmma another stage, logs differently. The loop's coords pass
     # no iteration (its default, -1) where the placed ops pass it=-1; the cubins agree (below).
-    screen = screened(None)
+    screen = {task: space.screened_placements(task) for task in ("load", "mma")}
     placements = [("load", key) for key in screen["load"]] + [("mma", key) for key in screen["mma"]]
     assert len(placements) == len(screen["load"]) + len(screen["mma"]) > 0
     for task, key in placements:
-        cfg = space.config(make_genome(**{task: key}), SMALL)
+        cfg = space.config(space.genome(**{task: key}), SMALL)
         ops = cfg.load_ops if task == "load" else cfg.mma_ops
         placed, literal = _Recorder(), _Recorder()
         monkeypatch.setattr(K, "domain_loop", placed.domain_loop)
@@ -176,7 +174,7 @@ def test_exported_kernel_recompiles_to_the_built_cubin(
 def test_tsopt_export_of_a_measured_gemm(space, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A study holding one real H200 measurement, exported with the CLI and recompiled.
 
-    The timing is the HEADLINE row of bench/results/gemm-final.json (persistent, 2x1 cluster,
+    The timing is the HEADLINE row of bench/gemm_h200/gemm-final.json (persistent, 2x1 cluster,
     8192^3 bf16), measured on an H200 from a build of an earlier template (053cfc8b): it is
     attached here to a fresh build of the same genome to exercise the export, and is not a
     claim about the current template's speed.
@@ -185,7 +183,7 @@ def test_tsopt_export_of_a_measured_gemm(space, tmp_path: Path) -> None:  # type
     from tsopt.db.store import Store
     from tsopt.verify.verifier import VerdictCache, verify_genome
 
-    final = json.loads((ROOT / "bench" / "results" / "gemm-final.json").read_text())
+    final = json.loads((ROOT / "bench" / "gemm_h200" / "gemm-final.json").read_text())
     row = next(r for r in final["results"] if r["label"] == "HEADLINE best")
     genome = Genome.from_dict(row["genome"])
     assert genome.hash == row["genome_hash"]

@@ -2,7 +2,7 @@
 
 No GPU here: kernels are compiled for sm_90a with ``cute.compile`` and their
 PTX is inspected for what each knob must produce; correctness on hardware is
-``bench/gemm_h200.py`` (results in ``bench/results/``).
+``bench/gemm_h200/gemm_h200.py`` (results beside it).
 """
 
 from __future__ import annotations
@@ -190,6 +190,20 @@ def test_dataflow_rejects_a_wgmma_before_its_stage(space) -> None:
     assert verdict(space, g).stage == "dataflow"
 
 
+def test_the_space_draws_its_schedule_view_on_its_warps(space) -> None:
+    from tsopt.reports.schedule import schedule_view
+
+    views, note = schedule_view(space.seed_genome(BIG))
+    assert "drawn by space 'gemm'" in note
+    # Producer warpgroup first (load warp 0), then two consumer warpgroups running `mma`.
+    assert [(v.task, v.warps_label) for v in views] == [("load", "warp 0"), ("mma", "warps 4\u201311")]
+    last = space.schedule_view(space.genome(producer_wg="last", load_warp=3, consumers=1))
+    assert [(v.task, v.first_warp, v.last_warp) for v in last] == [("load", 7, 7), ("mma", 0, 3)]
+    kinds = {op.name: op.kind for op in last[1].ops}
+    assert kinds == {"try_wait": "wait", "wait": "wait", "read_stage": "work", "wgmma": "work",
+                     "wgmma_wait1": "work", "wgmma_wait0": "work", "release": "release"}
+
+
 def test_verdict_key_ignores_raster_and_swizzle(space) -> None:
     a = space.genome(persistent=True)
     b = space.genome(persistent=True, raster="n", swizzle=8)
@@ -198,10 +212,8 @@ def test_verdict_key_ignores_raster_and_swizzle(space) -> None:
 
 
 def test_enumeration_counts_and_yields_dataflow_legal_genomes(space) -> None:
-    from tsopt.search_spaces.gemm import layout as S
-
     enum = space.enumerate(BIG)
-    assert enum.raw == S.placement_count("load") * S.placement_count("mma") * S.gene_count()
+    assert enum.raw == space.placement_count("load") * space.placement_count("mma") * space.gene_count()
     first = [next(enum.genomes) for _ in range(50)]
     assert enum.dataflow_legal == 50
     assert all(space.dataflow_error(g) is None for g in first)

@@ -42,7 +42,10 @@ STUDY = "copy-ingest"
 
 
 def genome(stages: int) -> Genome:
-    return Genome.make("copy", numeric={"stages": stages, "box_cols": 64, "box": (32, 64)})
+    """A real copy schedule that passes verification for PROBLEM (ingest verifies again)."""
+    from tsopt.core.registry import get_space
+
+    return get_space("copy").genome(stages=stages, box_rows=8, box_cols=128, chunk=1, vector=8)
 
 
 def measured(g: Genome, status: str, median_us: float | None = None) -> Measurement:
@@ -77,6 +80,7 @@ def bundle(tmp_path: Path) -> tuple[Path, list[Genome]]:
                             50, 12.5, "GB/s")],
         measurements=[measured(genomes[0], "ok", 25.0), measured(genomes[1], "wrong"),
                       measured(genomes[2], "ok", 30.0), measured(genomes[3], "ok", 40.0)],
+        measured_files={c.genome_hash: dict(c.files) for c in manifest.candidates},
     )
     write_results(path, results)
     return path, genomes
@@ -114,12 +118,13 @@ def test_ingest_records_and_tells_the_study_once(
     assert trials[0].state == TrialState.COMPLETE and trials[0].value == 25.0
     assert trials[0].user_attrs["run_id"] == results.run_id
     assert trials[1].state == TrialState.FAIL
-    assert trials[1].user_attrs["fail_reason"].startswith("wrong: checked run 1 of 2")
+    assert trials[1].user_attrs["measure_failed"].startswith("wrong: checked run 1 of 2")
     assert trials[2].value == 99.0  # already finished: untouched
     added = trials[3]
     assert added.state == TrialState.COMPLETE and added.value == 40.0
     assert added.user_attrs["genome_hash"] == genomes[3].hash
-    assert added.user_attrs["stages"] == 5 and added.user_attrs["box"] == [32, 64]
+    assert added.user_attrs["stages"] == 5 and added.user_attrs["box_cols"] == 128
+    assert added.user_attrs["raster"] == genomes[3]["raster"]
     by_hash = {c.genome_hash: c for c in store.candidates(STUDY)}
     assert by_hash[genomes[3].hash].trial_number == 3
     assert all(len(c.measurements) == 1 and c.measurements[0].run_id == results.run_id

@@ -11,7 +11,7 @@ from tsopt import load_kernel
 from tsopt.build.builder import build_candidate
 from tsopt.core.problem import Problem
 from tsopt.core.registry import get_space
-from tsopt.workers.loader import KernelLoadError, LoadedKernel
+from tsopt.workers.loader import KernelInputError, KernelLoadError, LoadedKernel
 
 PROBLEM = Problem.of("copy", "bf16", rows=256, cols=512)
 
@@ -43,6 +43,26 @@ def test_loader_checks_arguments_before_any_launch(artifact: Path) -> None:
         kernel(torch.zeros(256, 512, dtype=torch.float16))
     with pytest.raises(ValueError, match="not on a CUDA device"):
         kernel(torch.zeros(256, 512, dtype=torch.bfloat16))
+
+
+def test_the_checks_name_a_misaligned_or_strided_tensor(artifact: Path) -> None:
+    kernel = load_kernel(artifact)
+    offset = torch.zeros(256 * 512 + 1, dtype=torch.bfloat16)[1:].view(256, 512)
+    with pytest.raises(KernelInputError, match=r"src: not on a CUDA device \(on cpu\); data pointer "
+                       r"0x[0-9a-f]+ not 16-byte aligned"):
+        kernel(offset)
+    with pytest.raises(KernelInputError, match=r"not contiguous \(row-major; strides \(1, 256\)\)"):
+        kernel(torch.zeros(512, 256, dtype=torch.bfloat16).t())
+
+
+def test_a_kernel_directory_loads_as_dot_from_inside_it(
+        artifact: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # dlopen searches the system's library path for a name without a slash ("libkernel.so"):
+    # the loader resolves the directory first, so `load_kernel('.')` in an export works.
+    monkeypatch.chdir(artifact)
+    kernel = load_kernel(".")
+    assert kernel.library.path == artifact.resolve() / "libkernel.so"
+    assert kernel.directory == artifact.resolve()
 
 
 def test_not_a_kernel_directory(tmp_path: Path) -> None:

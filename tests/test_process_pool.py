@@ -67,7 +67,8 @@ def drain(pool: ProcessBuildPool, count: int, limit_s: float = 120) -> dict[Any,
     deadline = time.monotonic() + limit_s
     while len(results) < count:
         assert time.monotonic() < deadline, f"only {results} came back in time"
-        results.update(dict(pool.poll(0.5)))
+        results.update({done.tag: done.evaluation if done.evaluation is not None else
+                        done.failure or "" for done in pool.poll(0.5)})
     assert pool.busy() == 0 and pool.free() == pool.slots
     return results
 
@@ -197,7 +198,8 @@ def test_the_driver_records_a_worker_that_died_twice_as_a_failed_build(
     crash_dir = tmp_path / "crash"
     crash_dir.mkdir()
     monkeypatch.setenv("TSOPT_TEST_CRASH_DIR", str(crash_dir))  # spawned workers inherit it
-    monkeypatch.setitem(registry.SPACES, "copy", registry.SpaceEntry("copy", "tests.crashing_space:CrashingCopySpace", "copy", ""))
+    monkeypatch.setitem(registry.SPACES, "copy",
+                        registry.SpaceEntry("copy", "tests.crashing_space:CrashingCopySpace", "copy", ""))
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
     knobs = (*NARROW, *GRID_KNOBS)
     console = quiet()

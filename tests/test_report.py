@@ -362,7 +362,8 @@ def test_generic_schedule_view_reads_warps_from_genes() -> None:
 
 
 class HookedSpace:
-    """A space that draws its own schedule (the hook the report looks up), for the test below."""
+    """A space that draws its own schedule (its schedule_view, which the report calls), for the test
+    below."""
 
     def schedule_view(self, genome: Genome) -> list[TaskView]:
         if genome.get("broken"):
@@ -375,8 +376,9 @@ def test_a_space_hook_draws_the_schedule_and_a_failing_one_falls_back(
 ) -> None:
     from tsopt.core import registry
 
-    monkeypatch.setitem(registry.SPACES, "hooked", registry.SpaceEntry("hooked", f"{__name__}:HookedSpace", "copy", ""))
-    schedule_module._space_hook.cache_clear()
+    monkeypatch.setitem(registry.SPACES, "hooked",
+                        registry.SpaceEntry("hooked", f"{__name__}:HookedSpace", "copy", ""))
+    schedule_module._loaded_space.cache_clear()
     try:
         views, note = schedule_view(Genome.make("hooked", schedule={"load": [("acquire", "loop")]}))
         assert [v.warps_label for v in views] == ["warp 4"] and "drawn by space" in note
@@ -386,7 +388,7 @@ def test_a_space_hook_draws_the_schedule_and_a_failing_one_falls_back(
         assert [v.warps_label for v in views] == ["warp 2"]
         assert "cannot draw this one" in note
     finally:
-        schedule_module._space_hook.cache_clear()
+        schedule_module._loaded_space.cache_clear()
 
 
 # -- dashboard --------------------------------------------------------------------------

@@ -27,24 +27,31 @@ import torch
 from tsopt.core.artifact import ArtifactManifest, TensorDesc
 from tsopt.core.bundle import write_bundle
 from tsopt.core.genome import Genome
-from tsopt.core.problem import Problem
-from tsopt.workers import runner
-from tsopt.workers.runner import (
-    GEMM_REL_TOL,
-    MAX_BUFFER_SETS,
-    CopySpec,
-    GemmSpec,
+from tsopt.core.problem import Problem, ProblemError
+from tsopt.workers import candidate, runner
+from tsopt.workers.buffers import MAX_BUFFER_SETS, Buffers, BufferSet, make_buffers, plan_buffer_sets
+from tsopt.workers.candidate import measure_artifact
+from tsopt.workers.faults import KernelFault, status_of_cuda_error
+from tsopt.workers.loader import (
+    CudaLibraries,
     KernelLibrary,
     KernelLoadError,
-    Timing,
     cudart_candidates,
-    measure_artifact,
     needed_cudart,
-    percentile,
-    plan_buffer_sets,
-    status_of_cuda_error,
 )
-from tsopt.workers.watchdog import MeasureError, measure_artifacts, measure_candidate
+from tsopt.workers.measure import measure_artifacts
+from tsopt.workers.measurer import MeasureError
+from tsopt.workers.process_measurer import measure_candidate
+from tsopt.workers.reference import (
+    GEMM_REL_TOL,
+    INT16_POISON,
+    TORCH_DTYPES,
+    CopyReference,
+    GemmReference,
+    OpReference,
+    reference_for,
+)
+from tsopt.workers.session import Session, Timing, percentile, rotation
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS, COLS = 64, 128
@@ -90,14 +97,50 @@ def test_the_blocker_blocks(blocked_env: dict[str, str]) -> None:
 
 def test_gpu_side_modules_import_with_torch_and_stdlib_only(blocked_env: dict[str, str]) -> None:
     code = textwrap.dedent(f"""
-        import sys
-        import tsopt.workers.runner, tsopt.workers.watchdog, tsopt.workers.bundle_measure, tsopt.core.bundle, tsopt.cli
+        import importlib, pkgutil, sys
+        import tsopt.workers
+        for info in pkgutil.iter_modules(tsopt.workers.__path__, "tsopt.workers."):
+            importlib.import_module(info.name)
+        import tsopt.app.measure, tsopt.core.bundle, tsopt.cli
         print(sorted(m for m in sys.modules if m.split(".")[0] in {BLOCKED!r}))
     """)
     proc = subprocess.run([sys.executable, "-c", code], env=blocked_env, capture_output=True,
                           text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+# Beyond the GPU machine's absentees: tsopt.workers itself takes torch and the standard library
+# only (rich and typer are for the command line, tsopt.app and tsopt.cli).
+ONLY_TORCH_AND_STDLIB = """
+import importlib, pkgutil, sys
+import torch
+
+ALLOWED = set(sys.stdlib_module_names) | {m.split(".")[0] for m in sys.modules} | {"tsopt"}
+
+
+class OnlyTorchAndStdlib:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] not in ALLOWED:
+            raise ImportError(f"{name} is not torch, the standard library or tsopt")
+        return None
+
+
+sys.meta_path.insert(0, OnlyTorchAndStdlib())
+import tsopt.workers
+names = [info.name for info in pkgutil.iter_modules(tsopt.workers.__path__, "tsopt.workers.")]
+for name in names:
+    importlib.import_module(name)
+print(len(names), sorted(m for m in sys.modules if m.split(".")[0] in ("rich", "typer")))
+"""
+
+
+def test_every_measuring_module_imports_with_torch_and_the_standard_library_alone() -> None:
+    proc = subprocess.run([sys.executable, "-c", ONLY_TORCH_AND_STDLIB], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    count, loaded = proc.stdout.strip().split(" ", 1)
+    assert int(count) >= 15 and loaded == "[]"
 
 
 def _placeholder_bundle(root: Path) -> Path:
@@ -134,7 +177,7 @@ def _copy_tensors(rows: int = ROWS, cols: int = COLS) -> tuple[TensorDesc, ...]:
 
 
 def test_copy_check_is_bit_exact_and_counts_unwritten_elements() -> None:
-    spec = CopySpec(COPY)
+    spec = CopyReference(COPY)
     src = torch.randn(ROWS, COLS).half()
     assert spec.compare([src], [src.clone()]).ok
     dst = src.clone()
@@ -149,7 +192,7 @@ def test_copy_check_is_bit_exact_and_counts_unwritten_elements() -> None:
 
 
 def _gemm_inputs(problem: Problem) -> tuple[torch.Tensor, torch.Tensor]:
-    dtype = runner.TORCH_DTYPES[problem.dtype]
+    dtype = TORCH_DTYPES[problem.dtype]
     std = problem["k"] ** -0.25
     a = (torch.randn(problem["m"], problem["k"]) * std).to(dtype)
     b = (torch.randn(problem["n"], problem["k"]) * std).to(dtype)
@@ -159,7 +202,7 @@ def _gemm_inputs(problem: Problem) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_gemm_check_passes_a_correct_product_and_states_its_error(dtype: str) -> None:
     problem = Problem.of("gemm", dtype, m=128, n=96, k=512)
-    spec = GemmSpec(problem)
+    spec = GemmReference(problem)
     a, b = _gemm_inputs(problem)
     d = (a.float() @ b.float().t()).to(a.dtype)  # fp32 accumulation, one rounding at the end
     result = spec.compare([a, b], [d])
@@ -169,7 +212,7 @@ def test_gemm_check_passes_a_correct_product_and_states_its_error(dtype: str) ->
 
 def test_gemm_check_fails_unwritten_nan_dropped_k_and_one_wrong_tile() -> None:
     problem = Problem.of("gemm", "bf16", m=256, n=256, k=512)
-    spec = GemmSpec(problem)
+    spec = GemmReference(problem)
     a, b = _gemm_inputs(problem)
     good = (a.float() @ b.float().t()).to(torch.bfloat16)
 
@@ -193,19 +236,19 @@ def test_gemm_check_fails_unwritten_nan_dropped_k_and_one_wrong_tile() -> None:
 
 
 def test_artifact_tensors_must_fit_the_problem() -> None:
-    CopySpec(COPY).check_tensors(_copy_tensors())
+    CopyReference(COPY).check_tensors(_copy_tensors())
     with pytest.raises(KernelLoadError, match=r"expected inputs \[\(64, 128\)\]"):
-        CopySpec(COPY).check_tensors(_copy_tensors(64, 64))
+        CopyReference(COPY).check_tensors(_copy_tensors(64, 64))
     gemm = Problem.of("gemm", "bf16", m=128, n=64, k=32)
     a = TensorDesc("A", "input", (128, 32), "bf16")
     b = TensorDesc("B", "input", (64, 32), "bf16")
     d = TensorDesc("D", "output", (128, 64), "bf16")
-    GemmSpec(gemm).check_tensors((a, b, d))
-    GemmSpec(gemm).check_tensors((d, a, b))  # roles, not positions, say which is which
+    GemmReference(gemm).check_tensors((a, b, d))
+    GemmReference(gemm).check_tensors((d, a, b))  # roles, not positions, say which is which
     with pytest.raises(KernelLoadError, match="do not fit"):
-        GemmSpec(gemm).check_tensors((b, a, d))  # A and B swapped
+        GemmReference(gemm).check_tensors((b, a, d))  # A and B swapped
     with pytest.raises(KernelLoadError, match="do not fit"):
-        GemmSpec(gemm).check_tensors((a, b, TensorDesc("D", "output", (128, 64), "fp16")))
+        GemmReference(gemm).check_tensors((a, b, TensorDesc("D", "output", (128, 64), "fp16")))
 
 
 # -- arithmetic ----------------------------------------------------------------------------
@@ -412,17 +455,22 @@ def test_without_a_gpu_measure_artifacts_stops_at_the_baseline_probe(artifact: P
 
 
 # -- the measuring flow, on a simulated device ---------------------------------------------
-# _measure_loaded is the GPU path: check, time, re-check, baseline. It runs here on a SIMULATED
+# measure_loaded is the GPU path: check, time, re-check, baseline. It runs here on a SIMULATED
 # DEVICE: CPU tensors, a synchronous host-timed session, and Python functions planted in place
 # of the kernel. What is under test is the flow and what it records (statuses, messages, the
 # rotation, the Measurement's fields); the host timings it produces are never reported.
-class SimulatedSession(runner.Session):
-    """A CPU stand-in for the GPU session: synchronous, timed with the host clock."""
+class SimulatedSession(Session):
+    """A CPU stand-in for the GPU session: synchronous, timed with the host clock; its buffers
+    are CPU tensors that ``kernel`` reads and writes."""
 
-    def __init__(self) -> None:  # no CUDA stream here
+    def __init__(self, kernel: PlantedKernel) -> None:  # no CUDA stream here
         self.cuda = None
         self.device = torch.device("cpu")
         self.generator = torch.Generator()
+        self.kernel = kernel
+
+    def allocate(self, reference: OpReference, tensors) -> Buffers:  # type: ignore[no-untyped-def]
+        return self.kernel.register(make_buffers(tensors, reference.dtype, 3, self.device))
 
     @property
     def handle(self) -> int:
@@ -432,7 +480,7 @@ class SimulatedSession(runner.Session):
         return None
 
     def time_runs(self, launch, sets, runs, warmup, what):  # type: ignore[no-untyped-def]
-        warm, timed = runner.rotation(len(sets), warmup, runs)
+        warm, timed = rotation(len(sets), warmup, runs)
         for index in warm:
             launch(sets[index])
         samples = []
@@ -442,6 +490,14 @@ class SimulatedSession(runner.Session):
             samples.append((time.perf_counter() - start) * 1e6)
         return Timing.of(samples)
 
+    def time_launches(self, launch, sets, what):  # type: ignore[no-untyped-def]
+        samples = []
+        for bset in sets:
+            start = time.perf_counter()
+            launch(bset)
+            samples.append((time.perf_counter() - start) * 1e6)
+        return samples
+
 
 class PlantedKernel:
     """A Python function in place of the artifact's library (simulated device)."""
@@ -450,10 +506,10 @@ class PlantedKernel:
         self.body = body
         self.load_code = load_code
         self.launches = 0
-        self.sets: dict[tuple[int, ...], runner.BufferSet] = {}
-        self.cuda = runner.CudaLibraries(FakeRuntime(), None)  # type: ignore[arg-type]
+        self.sets: dict[tuple[int, ...], BufferSet] = {}
+        self.cuda = CudaLibraries(FakeRuntime(), None)  # type: ignore[arg-type]
 
-    def register(self, buffers: runner.Buffers) -> runner.Buffers:
+    def register(self, buffers: Buffers) -> Buffers:
         for bset in buffers.sets:
             self.sets[tuple(bset.ptrs)] = bset  # type: ignore[arg-type]
         return buffers
@@ -472,92 +528,151 @@ class FakeRuntime:
         return f"{code} simulated"
 
 
-def run_planted(monkeypatch: pytest.MonkeyPatch, problem: Problem, body,  # type: ignore[no-untyped-def]
+def run_planted(problem: Problem, body,  # type: ignore[no-untyped-def]
                 load_code: int = 0, runs: int = 20, warmup: int = 3):
     kernel = PlantedKernel(body, load_code)
-    monkeypatch.setattr(runner, "_allocate", lambda spec, tensors, session: kernel.register(
-        runner.make_buffers(tensors, spec.dtype, 3, torch.device("cpu"))))
-    spec = runner.op_spec(problem)
-    tensors = spec.default_tensors()
+    reference = reference_for(problem)
+    tensors = reference.default_tensors()
     manifest = ArtifactManifest("ab" * 32, problem.op, problem.to_dict(), "sm_90a", tuple(tensors))
     checked: list[dict[str, object]] = []
     base = {"genome_hash": "ab" * 32, "problem_key": problem.key, "device": "simulated device"}
-    m = runner._measure_loaded(kernel, spec, manifest, SimulatedSession(), runs, warmup, 2,  # type: ignore[arg-type]
-                               checked.append, base, time.perf_counter())
+    m = candidate.measure_loaded(kernel, reference, manifest, SimulatedSession(kernel), runs,  # type: ignore[arg-type]
+                                 warmup, 2, checked.append, base, time.perf_counter())
     return m, checked, kernel
 
 
 SMALL_COPY = Problem.of("copy", "fp16", rows=32, cols=64)
 
 
-def test_simulated_correct_copy_is_ok_and_checked_timed_and_compared(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_simulated_correct_copy_is_ok_and_checked_timed_and_compared() -> None:
     def copy(ins, outs, n):  # type: ignore[no-untyped-def]
         outs[0].copy_(ins[0])
 
-    m, checked, kernel = run_planted(monkeypatch, SMALL_COPY, copy)
+    m, checked, kernel = run_planted(SMALL_COPY, copy)
     assert m.status == "ok", m.error
-    assert m.runs == 20 and m.rel_err == 0.0 and m.rate_unit == "GB/s"
+    assert m.rel_err == 0.0 and m.rate_unit == "GB/s"
     assert m.baseline_name == "torch.copy_" and m.ratio is not None and m.ratio > 0
     assert m.p10_us is not None and m.median_us is not None and m.p90_us is not None
     assert m.p10_us <= m.median_us <= m.p90_us
     assert checked == [{"rel_err": 0.0, "checks": 2, "buffer_sets": 3}]
-    assert kernel.launches == 2 + 3 + 20  # checks, warm-up, timed runs
+    # Paired rounds: the candidate and torch's copy alternate, each round a batch of each.
+    assert m.rounds >= 3 and m.runs % m.rounds == 0
+    assert m.ratio_lo is not None and m.ratio_hi is not None
+    assert m.ratio_lo <= m.ratio <= m.ratio_hi
+    assert m.conditions["stopped"] in ("converged", "time cap", "max rounds")
+    assert m.conditions["nvml"].startswith("unavailable")  # no GPU to read here
+    # checks, the warm-up (two per batch), the timed launches, the back-to-back re-check
+    warm_batches = (kernel.launches - 2 - m.runs - 3) / 2
+    assert warm_batches >= 1 and warm_batches == int(warm_batches)
 
 
-def test_simulated_partial_write_is_wrong_naming_the_poison(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_simulated_partial_write_is_wrong_naming_the_poison() -> None:
     def half(ins, outs, n):  # type: ignore[no-untyped-def]
         outs[0][:16].copy_(ins[0][:16])
 
-    m, checked, _ = run_planted(monkeypatch, SMALL_COPY, half)
+    m, checked, _ = run_planted(SMALL_COPY, half)
     assert m.status == "wrong" and checked == []
     assert "checked run 1 of 2 (input seed" in (m.error or "")
     assert "1024 of 2048 elements differ" in (m.error or "")
     assert "1024 of them still hold the NaN poison" in (m.error or "")
 
 
-def test_simulated_race_after_the_checks_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_simulated_race_after_the_checks_is_wrong() -> None:
     def racy(ins, outs, n):  # type: ignore[no-untyped-def]
         outs[0].copy_(ins[0])
-        if n > 6:  # right in the two checks and the warm-up, wrong once launches pile up
+        if n > 6:  # right in the two checks, wrong once launches pile up
             outs[0][5, 5] = 0.0
 
-    m, checked, _ = run_planted(monkeypatch, SMALL_COPY, racy)
+    m, checked, _ = run_planted(SMALL_COPY, racy)
     assert checked and m.status == "wrong"
-    assert "correct in 2 isolated checks but wrong after the timed runs" in (m.error or "")
+    assert "correct in 2 isolated checks but wrong in back-to-back launches" in (m.error or "")
 
 
-def test_simulated_launch_and_load_errors_raise_the_mapped_fault(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    with pytest.raises(runner.KernelFault) as fault:
-        run_planted(monkeypatch, SMALL_COPY, lambda ins, outs, n: 700)
+def test_simulated_launch_and_load_errors_raise_the_mapped_fault() -> None:
+    with pytest.raises(KernelFault) as fault:
+        run_planted(SMALL_COPY, lambda ins, outs, n: 700)
     assert fault.value.status == "crash"
     assert fault.value.message == "tsopt_launch returned 700 simulated"
-    with pytest.raises(runner.KernelFault) as fault:
-        run_planted(monkeypatch, SMALL_COPY, lambda ins, outs, n: 0, load_code=209)
+    with pytest.raises(KernelFault) as fault:
+        run_planted(SMALL_COPY, lambda ins, outs, n: 0, load_code=209)
     assert fault.value.status == "launch_error" and "tsopt_load returned 209" in fault.value.message
 
 
-def test_simulated_gemm_is_checked_against_the_fp32_reference(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_simulated_gemm_is_checked_against_the_fp32_reference() -> None:
     problem = Problem.of("gemm", "bf16", m=64, n=32, k=128)
 
     def gemm(ins, outs, n):  # type: ignore[no-untyped-def]
         outs[0].copy_((ins[0].float() @ ins[1].float().t()).to(outs[0].dtype))
 
-    m, _, _ = run_planted(monkeypatch, problem, gemm)
+    m, _, _ = run_planted(problem, gemm)
     assert m.status == "ok", m.error
     assert m.rate_unit == "TFLOP/s" and m.baseline_name == "torch.matmul (cuBLAS)"
     assert m.rel_err is not None and 0 < m.rel_err < GEMM_REL_TOL["bf16"]
 
 
+SMALL_COPY_INT16 = Problem.of("copy", "int16", rows=32, cols=64)
+
+
+def test_simulated_int16_copy_is_ok_bit_exact_against_torch_copy() -> None:
+    seen: list[torch.Tensor] = []
+
+    def copy(ins, outs, n):  # type: ignore[no-untyped-def]
+        seen.append(ins[0].clone())
+        outs[0].copy_(ins[0])
+
+    m, checked, kernel = run_planted(SMALL_COPY_INT16, copy)
+    assert m.status == "ok", m.error
+    assert m.problem_key == "copy-int16-32x64" and m.rel_err == 0.0 and m.rate_unit == "GB/s"
+    assert m.baseline_name == "torch.copy_" and m.ratio is not None and m.ratio > 0
+    assert checked == [{"rel_err": 0.0, "checks": 2, "buffer_sets": 3}]
+    assert kernel.launches > 2 + m.runs  # checks, warm-up, paired rounds, re-check
+    assert all(t.dtype == torch.int16 for t in seen)
+    assert not torch.equal(seen[0], seen[1])  # fresh random inputs for each check
+
+
+def test_simulated_int16_partial_write_is_wrong_naming_the_poison() -> None:
+    def half(ins, outs, n):  # type: ignore[no-untyped-def]
+        outs[0][:16].copy_(ins[0][:16])
+
+    m, checked, _ = run_planted(SMALL_COPY_INT16, half)
+    assert m.status == "wrong" and checked == []
+    assert "checked run 1 of 2 (input seed" in (m.error or "")
+    # An input equal to the poison (once in 2^16) is neither counted as differing nor unwritten.
+    assert "of 2048 elements differ" in (m.error or "")
+    assert f"of them still hold the poison {INT16_POISON} (never written)" in (m.error or "")
+
+
+def test_int16_inputs_span_the_type_and_outputs_hold_the_poison() -> None:
+    reference = reference_for(SMALL_COPY_INT16)
+    values = torch.empty(1 << 18, dtype=torch.int16)
+    reference.fill_inputs(values, torch.Generator().manual_seed(7))
+    assert int(values.min()) < -32000 and int(values.max()) > 32000  # every value, as randint
+    out = torch.empty(8, dtype=torch.int16)
+    reference.poison(out)
+    assert bool((out == INT16_POISON).all()) and bool(reference.unwritten(out).all())
+
+
+def test_int16_copy_check_is_bit_exact_and_counts_the_poison() -> None:
+    reference = CopyReference(SMALL_COPY_INT16)
+    src = torch.randint(-2**15, 2**15, (32, 64), dtype=torch.int16)
+    src[3, 5], src[7, 9] = 11, -12
+    assert reference.compare([src], [src.clone()]).ok
+    dst = src.clone()
+    dst[3, 5] = INT16_POISON  # never written
+    dst[7, 9] = -13
+    result = reference.compare([src], [dst])
+    assert not result.ok and result.rel_err is not None and result.rel_err > 0
+    assert "2 of 2048 elements differ" in result.message
+    assert f"1 of them still hold the poison {INT16_POISON}" in result.message
+
+
+def test_gemm_has_no_int16_reference() -> None:
+    with pytest.raises(ProblemError, match="cannot check gemm on int16; it checks fp16, bf16"):
+        reference_for(Problem.of("gemm", "int16", m=64, n=32, k=128))
+
+
 def test_rotation_is_round_robin() -> None:
-    assert runner.rotation(3, 2, 5) == ([0, 1], [2, 0, 1, 2, 0])
-    warm, timed = runner.rotation(2, 10, 50)
+    assert rotation(3, 2, 5) == ([0, 1], [2, 0, 1, 2, 0])
+    warm, timed = rotation(2, 10, 50)
     order = warm + timed
     assert all(order[i] != order[i + 1] for i in range(len(order) - 1))  # never twice in a row

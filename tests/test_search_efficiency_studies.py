@@ -1,21 +1,20 @@
-"""``bench/search_efficiency.py studies``: the search-efficiency figure from recorded studies.
+"""``tsopt.search.efficiency``: the search-efficiency figure from recorded studies.
 
-Real SQLite databases written through ``tsopt.db.store.Store`` (studies, candidates, verdicts, builds,
-measurements), then the analysis on them. The measurements are MADE-UP TEST DATA (constructed
-``Measurement`` records with chosen times, as in tests/test_db.py), not timings of anything:
-they only pin down the counting arithmetic. No GPU, no DSL compile.
+Real SQLite databases written through ``tsopt.db.store.Store`` (studies, candidates, verdicts,
+builds, measurements), and JSON dumps of them, then the analysis on them. The measurements are
+MADE-UP TEST DATA (constructed ``Measurement`` records with chosen times, as in
+tests/test_db.py), not timings of anything: they only pin down the counting arithmetic. No GPU,
+no DSL compile.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
+import lzma
 import statistics
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -23,22 +22,9 @@ from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
 from tsopt.core.records import BuildResult, Measurement, Verdict
 from tsopt.db.store import Store
+from tsopt.search import efficiency as se
 
-ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = Problem.of("copy", "fp16", rows=4096, cols=4096)
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "search_efficiency_under_test", ROOT / "bench" / "search_efficiency.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-se = _load()
 
 
 def genome(i: int) -> Genome:
@@ -241,41 +227,70 @@ def test_other_problem_is_refused(dbs: dict[str, str]) -> None:
         se.studies(f"{dbs['r']}:gemm-random", [f"tpe={dbs['t1']}:other"])
 
 
-def test_command_line_writes_json_and_markdown(dbs: dict[str, str], tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_write_figure_writes_json_and_markdown(dbs: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "results" / "se.json"
-    argv = ["search_efficiency.py", "studies", "--reference", f"{dbs['r']}:gemm-random",
-            "--run", f"tpe={dbs['t0']}:gemm-tpe-0", "--run", f"random={dbs['r']}:gemm-random",
-            "--shuffles", "100", "--out", str(out)]
-    monkeypatch.setattr(sys, "argv", argv)
-    se.main()
+    result = se.studies(f"{dbs['r']}:gemm-random", [f"tpe={dbs['t0']}:gemm-tpe-0",
+                                                    f"random={dbs['r']}:gemm-random"], shuffles=100)
+    text = se.write_figure(result, out, "python make_figure.py --reference R")
     doc = json.loads(out.read_text())
     assert [r["candidates_to_target"] for r in doc["runs"]] == [3, 4]
-    assert doc["command"].startswith("python bench/search_efficiency.py studies --reference")
-    text = out.with_suffix(".md").read_text()
+    assert doc["command"] == "python make_figure.py --reference R"
+    assert out.with_suffix(".md").read_text() == text
     assert doc["command"] in text and "| tpe | 1/1 | 3 | 3 |" in text
-    assert text in capsys.readouterr().out
     assert out.with_suffix(".png").exists() == (doc.get("plot") == "se.png")
 
-    monkeypatch.setattr(sys, "argv", argv[:2] + ["--reference", "sqlite:///r.db",
-                                                 "--run", f"tpe={dbs['t0']}:gemm-tpe-0"])
-    with pytest.raises(SystemExit) as exit_:
-        se.main()
-    assert exit_.value.code == 2
-    assert "--reference 'sqlite:///r.db': no study name" in capsys.readouterr().err
+
+def _dump(url: str, path: Path) -> None:
+    with Store(url) as store:
+        docs = se.dump_studies(store)
+    opener = lzma.open if path.suffix == ".xz" else open
+    with opener(path, "wt") as f:
+        json.dump(docs, f, default=str)
+
+
+def test_dumps_give_the_figure_of_the_databases(dbs: dict[str, str], tmp_path: Path) -> None:
+    dumps = {name: tmp_path / f"{name}.json{'.xz' if name == 'r' else ''}" for name in dbs}
+    for name, path in dumps.items():
+        _dump(dbs[name], path)
+    from_dbs = figure(dbs, shuffles=100)
+    from_dumps = figure({k: str(v) for k, v in dumps.items()}, shuffles=100)
+
+    def sourceless(doc: object) -> object:
+        if isinstance(doc, dict):
+            return {k: sourceless(v) for k, v in doc.items() if k != "source"}
+        if isinstance(doc, list):
+            return [sourceless(v) for v in doc]
+        return doc
+
+    assert from_dumps["reference"]["source"] == str(dumps["r"])
+    assert sourceless(from_dumps) == sourceless(from_dbs)
+    assert from_dumps["runs"][0]["candidates_to_target"] == 3  # the measured order survives
+
+
+def test_dump_errors_are_named(dbs: dict[str, str], tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    with pytest.raises(ValueError, match="no dump file"):
+        se.studies(f"{missing}:gemm-random", [f"tpe={dbs['t0']}:gemm-tpe-0"])
+    dump = tmp_path / "r.json"
+    _dump(dbs["r"], dump)
+    with pytest.raises(ValueError, match=r"no study 'other'.*gemm-random"):
+        se.studies(f"{dump}:other", [f"tpe={dbs['t0']}:gemm-tpe-0"])
+    old = json.loads(dump.read_text())
+    for c in old[0]["candidates"]:  # a dump written before measured_at was recorded
+        for m in c["measurements"]:
+            del m["measured_at"]
+    dump.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="lacks measured_at"):
+        se.studies(f"{dump}:gemm-random", [f"tpe={dbs['t0']}:gemm-tpe-0"])
 
 
 def test_remeasured_costs_decide_the_target(dbs: dict[str, str], tmp_path: Path) -> None:
-    stores: dict[str, Store] = {}
-    ref = se.load_measured(se.parse_source(f"{dbs['r']}:gemm-random", "--reference", False),
-                           stores)[1]
-    t0 = se.load_measured(se.parse_source(f"{dbs['t0']}:gemm-tpe-0", "--run", False), stores)[1]
-    for store in stores.values():
-        store.close()
+    with se.StudyReader() as reader:
+        ref = reader.load(se.parse_source(f"{dbs['r']}:gemm-random", "--reference", False)).measured
+        t0 = reader.load(se.parse_source(f"{dbs['t0']}:gemm-tpe-0", "--run", False)).measured
     by_time = {r.median_us: r.genome_hash for r in ref if r.median_us is not None}
-    # MADE-UP TEST DATA: paired re-measurements (cuBLAS time / candidate time), as
-    # bench/gemm_h200.py headline writes them; the cost is the inverse.
+    # MADE-UP TEST DATA: paired re-measurements (cuBLAS time / candidate time), as a paired
+    # A/B run writes them (bench/gemm_h200/gemm_h200.py headline); the cost is the inverse.
     results = [
         {"genome_hash": by_time[100.0], "correct": True, "median_ratio": 1.00},  # cost 1.0
         {"genome_hash": by_time[101.5], "correct": True, "median_ratio": 0.90},  # 1.11: off

@@ -23,24 +23,20 @@ import pytest
 from tsopt.core.artifact import ArtifactManifest, TensorDesc
 from tsopt.core.problem import Problem
 from tsopt.workers import watchdog
-from tsopt.workers.watchdog import (
-    EXIT_GRACE_S,
-    LOAD_FLOOR_S,
-    MAX_SLOWDOWN,
-    TIMING_FLOOR_S,
-    Limits,
-    MeasureRun,
+from tsopt.workers.limits import LOAD_FLOOR_S, MAX_SLOWDOWN, TIMING_FLOOR_S, Limits
+from tsopt.workers.measure import MeasureRun, measure_artifacts
+from tsopt.workers.measurer import MeasureError
+from tsopt.workers.outcomes import ChildOutcome, outcome_to_measurement
+from tsopt.workers.protocol import (
+    REPORT_FD_ENV,
     Reporter,
     ReportError,
-    child_env,
     encode_command,
     encode_event,
-    measure_artifacts,
-    outcome_to_measurement,
     parse_command,
     parse_event,
-    run_child,
 )
+from tsopt.workers.watchdog import EXIT_GRACE_S, child_env, run_child
 
 HASH = "ab" * 32
 PROBLEM = "copy-fp16-64x128"
@@ -48,7 +44,7 @@ FAST = Limits(startup_s=20.0, check_s=1.0, timing_s=1.0)
 
 PRELUDE = f"""
 import ctypes, os, signal, subprocess, sys, time
-from tsopt.workers.watchdog import Reporter
+from tsopt.workers.protocol import Reporter
 r = Reporter.from_env()
 ENV = {{"device": "child process (no GPU)", "driver": "-", "cuda": "-", "torch": "-"}}
 def result(status="ok", genome_hash={HASH!r}, **kw):
@@ -57,13 +53,13 @@ def result(status="ok", genome_hash={HASH!r}, **kw):
 """
 
 
-def child(tmp_path: Path, body: str, limits: Limits = FAST) -> watchdog.ChildOutcome:
+def child(tmp_path: Path, body: str, limits: Limits = FAST) -> ChildOutcome:
     script = tmp_path / "child.py"
     script.write_text(PRELUDE + textwrap.dedent(body))
     return run_child([sys.executable, str(script)], limits, env=child_env())
 
 
-def measured(outcome: watchdog.ChildOutcome):  # type: ignore[no-untyped-def]
+def measured(outcome: ChildOutcome):  # type: ignore[no-untyped-def]
     return outcome_to_measurement(outcome, HASH, PROBLEM)
 
 
@@ -292,12 +288,12 @@ def test_events_round_trip_and_bad_lines_are_named() -> None:
 
 
 def test_reporter_needs_the_watchdog_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(watchdog.REPORT_FD_ENV, raising=False)
+    monkeypatch.delenv(REPORT_FD_ENV, raising=False)
     with pytest.raises(RuntimeError, match="TSOPT_REPORT_FD=None"):
         Reporter.from_env()
     read_fd, write_fd = os.pipe()
     try:
-        monkeypatch.setenv(watchdog.REPORT_FD_ENV, str(write_fd))
+        monkeypatch.setenv(REPORT_FD_ENV, str(write_fd))
         Reporter.from_env().send("ready", environment={})
         assert parse_event(os.read(read_fd, 1000).strip())["event"] == "ready"
     finally:
@@ -331,13 +327,17 @@ import time
 
 import torch
 
-from tsopt.workers import runner
+from tsopt.workers import device, runner
+from tsopt.workers.buffers import make_buffers
+from tsopt.workers.faults import KernelFault
+from tsopt.workers.loader import CudaLibraries
+from tsopt.workers.session import Session, Timing, rotation
 
 POINTERS = {}  # data_ptr -> the simulated device's tensor at that address
 CONTEXT = {"healthy": True}
 
 
-class SimulatedSession(runner.Session):
+class SimulatedSession(Session):
     """The GPU session on the CPU: synchronous, timed with the host clock."""
 
     def __init__(self, cuda):
@@ -352,10 +352,17 @@ class SimulatedSession(runner.Session):
 
     def synchronize(self, when):
         if not CONTEXT["healthy"]:
-            raise runner.KernelFault("crash", f"simulated poisoned context during {when}")
+            raise KernelFault("crash", f"simulated poisoned context during {when}")
+
+    def allocate(self, reference, tensors):
+        buffers = make_buffers(tensors, reference.dtype, 3, torch.device("cpu"))
+        for bset in buffers.sets:
+            for view in bset.tensors:
+                POINTERS[view.data_ptr()] = view
+        return buffers
 
     def time_runs(self, launch, sets, runs, warmup, what):
-        warm, timed = runner.rotation(len(sets), warmup, runs)
+        warm, timed = rotation(len(sets), warmup, runs)
         for index in warm:
             launch(sets[index])
         samples = []
@@ -363,7 +370,15 @@ class SimulatedSession(runner.Session):
             start = time.perf_counter()
             launch(sets[index])
             samples.append((time.perf_counter() - start) * 1e6 + 1.0)
-        return runner.Timing.of(samples)
+        return Timing.of(samples)
+
+    def time_launches(self, launch, sets, what):
+        samples = []
+        for bset in sets:
+            start = time.perf_counter()
+            launch(bset)
+            samples.append((time.perf_counter() - start) * 1e6 + 1.0)
+        return samples
 
 
 class SimulatedRuntime:
@@ -388,7 +403,7 @@ class SimulatedLibrary:
     def __init__(self, behaviour, manifest):
         self.behaviour = behaviour
         self.roles = [t.role for t in manifest.tensors]
-        self.cuda = runner.CudaLibraries(SimulatedRuntime(), None)
+        self.cuda = CudaLibraries(SimulatedRuntime(), None)
 
     @classmethod
     def open(cls, artifact_dir, manifest):
@@ -416,21 +431,13 @@ class SimulatedLibrary:
         return 0
 
 
-def allocate(spec, tensors, session):
-    buffers = runner.make_buffers(tensors, spec.dtype, 3, torch.device("cpu"))
-    for bset in buffers.sets:
-        for view in bset.tensors:
-            POINTERS[view.data_ptr()] = view
-    return buffers
-
-
-runner.why_no_gpu = lambda: None
-runner.create_context = lambda: None
-runner.environment = lambda cuda=None: {
+# tsopt.workers.device is the seam: the measuring code reaches the GPU only through it.
+device.why_no_gpu = lambda: None
+device.create_context = lambda: None
+device.environment = lambda cuda=None: {
     "device": "simulated device", "driver": "none", "cuda": "none", "torch": torch.__version__}
-runner.Session = SimulatedSession
-runner.KernelLibrary = SimulatedLibrary
-runner._allocate = allocate
+device.new_session = SimulatedSession
+device.open_library = SimulatedLibrary.open
 sys.exit(runner.main(sys.argv[1:]))
 '''
 
@@ -446,7 +453,7 @@ def use_simulated_runner(monkeypatch: pytest.MonkeyPatch, directory: Path,
     script.write_text(SIMULATED_RUNNER)
     monkeypatch.setattr(watchdog, "runner_argv",
                         lambda *args: [sys.executable, str(script), "--child", *args])
-    monkeypatch.setattr(watchdog, "LOAD_FLOOR_S", check_floor_s)
+    monkeypatch.setattr("tsopt.workers.limits.LOAD_FLOOR_S", check_floor_s)
 
 
 def simulated_artifacts(root: Path, behaviours: Sequence[str], problem: Problem = SIM_COPY,
@@ -503,8 +510,9 @@ def test_simulated_worker_measures_several_candidates_in_one_process(simulated: 
     # The baseline (once, the default): timed at set-up, again after 2 candidates, at the end.
     timings = run.baselines[SIM_COPY.key]
     assert len(timings) == 3 and run.probes[SIM_COPY.key].baseline == timings[0]
-    assert [m.baseline_median_us for m in run.measurements] == [
-        timings[0].median_us, timings[0].median_us, None, timings[1].median_us]
+    # Each correct candidate's ratio is its own: the vendor alternated with it in paired rounds.
+    assert [m.baseline_median_us is not None and m.ratio_lo is not None
+            for m in run.measurements] == [True, True, False, True]
     assert notes[0].startswith(f"worker 1 (pid {run.pids[0]}) started: ready in ")
     assert "measured 4 candidates in" in notes[-1]
     assert "1 worker process started (0 replaced after a failure, 0 recycled" in notes[-1]
@@ -599,6 +607,25 @@ def test_simulated_process_isolation_is_still_there(simulated: Path) -> None:
     assert run.measurements[0].baseline_name == "torch.copy_"
 
 
+SIM_COPY_INT16 = Problem.of("copy", "int16", rows=32, cols=64)
+
+
+def test_simulated_int16_copy_is_checked_bit_exact_against_torch_copy(simulated: Path) -> None:
+    dirs = simulated_artifacts(simulated, ["copy", "wrong", "copy"], problem=SIM_COPY_INT16)
+    run, _ = run_simulated(dirs)
+    assert [m.status for m in run.measurements] == ["ok", "wrong", "ok"]
+    ok, wrong = run.measurements[0], run.measurements[1]
+    assert ok.problem_key == "copy-int16-32x64" and ok.rel_err == 0.0
+    assert ok.baseline_name == "torch.copy_" and ok.rate_unit == "GB/s"
+    assert "1 of 2048 elements differ from the input" in (wrong.error or "")
+    assert run.baselines[SIM_COPY_INT16.key][0].name == "torch.copy_"
+    # The baseline probe and the per-candidate child fill int16 buffers the same way.
+    run, _ = run_simulated(simulated_artifacts(simulated / "process", ["copy"],
+                                               problem=SIM_COPY_INT16), isolation="process")
+    assert [m.status for m in run.measurements] == ["ok"], run.measurements[0].error
+    assert run.probes[SIM_COPY_INT16.key].baseline.name == "torch.copy_"
+
+
 def test_worker_commands_round_trip_and_bad_ones_are_named() -> None:
     line = encode_command("measure", artifact="/a", genome_hash="ab", runs=20, warmup=3,
                           checks=2)
@@ -619,6 +646,6 @@ def test_a_worker_that_cannot_start_is_a_measure_error(
     script.write_text("import sys\nprint('no torch on this machine', file=sys.stderr)\n"
                       "sys.exit(3)\n")
     monkeypatch.setattr(watchdog, "runner_argv", lambda *args: [sys.executable, str(script)])
-    with pytest.raises(watchdog.MeasureError, match="cannot start a measuring worker: the "
+    with pytest.raises(MeasureError, match="cannot start a measuring worker: the "
                        "measuring process exited with code 3 in the startup phase"):
         measure_artifacts(simulated_artifacts(tmp_path / "a", ["copy"]))

@@ -1,12 +1,15 @@
 """The ``tsopt`` command line.
 
-Only typer and rich are imported at start: ``tsopt measure`` runs on GPU
-machines that have torch but neither the DSL nor the search stack, and every
-command should start fast. Each command imports what it needs when it runs.
+Only typer, rich and the ground floor are imported at start: ``tsopt measure`` runs on GPU
+machines that have torch but neither the DSL nor the search stack, and every command should
+start fast. Each command imports what it needs when it runs.
 
-Exit codes: 0 success, 1 a failure while working (a build broke, a bundle
-could not be measured, ...), 2 bad input (the message names the bad value),
-3 a command that is not built yet.
+Exit codes (:data:`tsopt.core.errors.EXIT_CODES`, listed by ``tsopt --help``): 0 success,
+1 a failure while working (a build broke, a bundle could not be measured, ...), 2 bad input
+(the message names the bad value), 3 a Python package the command needs is not installed (the
+message names it), 4 the database cannot be used (corrupted, read-only, altered, of a newer
+schema: the message names it and what to do), 130 interrupted. Every failure the user can
+cause is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -17,37 +20,85 @@ from typing import Literal, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from tsopt.core.errors import UserInputError
+from tsopt.app.tune_command import DB_HELP, DEFAULT_DB, register_tune_commands
+from tsopt.core.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CODES,
+    EXIT_DATABASE,
+    EXIT_INTERRUPTED,
+    EXIT_MISSING_PACKAGE,
+    DatabaseUnusable,
+    UserInputError,
+)
+
+EXIT_CODES_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES)
 
 app = typer.Typer(
     name="tsopt",
     help="Autotune CUTLASS Task Scheduling (TS) kernels: enumerate, verify, build, measure, record.",
+    epilog=EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 tune_app = typer.Typer(help="Search a kernel space for one problem.", no_args_is_help=True)
 app.add_typer(tune_app, name="tune")
+db_app = typer.Typer(help="Look after the database: `tsopt db check`.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
 
 console = Console()
 err_console = Console(stderr=True)
 
-DEFAULT_DB = "sqlite:///tsopt.db"
-DB_HELP = "SQLAlchemy URL of the database (default: tsopt.db in the working directory)."
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
-def _not_built(what: str) -> NoReturn:
-    _fail(f"`tsopt {what}` is not built yet in this version of tsopt.", 3)
+def _missing(exc: ModuleNotFoundError) -> NoReturn:
+    name = exc.name or str(exc)
+    _fail(f"this command needs the Python package {name!r}, which is not installed here "
+          f"({exc}); install tsopt with its dependencies: pip install -e '.[dev]'",
+          EXIT_MISSING_PACKAGE)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _database_failure(exc: BaseException, db: str | None) -> UserInputError | None:
+    """The one-line error for a database driver's error (Optuna's wraps the driver's), naming
+    the database when the command knows it; None when ``exc`` is no database error."""
+    import sqlite3
+
+    cause = exc
+    if "optuna" in sys.modules:
+        import optuna
+
+        if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
+            cause = exc.__cause__
+    if "sqlalchemy" not in sys.modules and not isinstance(cause, sqlite3.Error):
+        return None
+    from tsopt.db.engine import is_database_failure, parse_url, unusable
+
+    if not is_database_failure(cause):
+        return None
+    try:
+        where = parse_url(db) if db else "the database"
+    except UserInputError:
+        where = db or "the database"
+    return unusable(cause, where)
 
 
 class _Guard:
-    """Turns bad input into one line + exit 2, and known work failures into exit 1."""
+    """Turns bad input into one line + exit 2, a missing package into one line + exit 3, and a
+    database that cannot be used into one line + exit 4 (naming ``db`` when given)."""
+
+    def __init__(self, db: str | None = None) -> None:
+        self.db = db
 
     def __enter__(self) -> None:
         return None
@@ -60,123 +111,27 @@ class _Guard:
         from tsopt.core.genome import GenomeError
         from tsopt.core.problem import ProblemError
 
+        if isinstance(exc, DatabaseUnusable):
+            _fail(_first_line(exc), EXIT_DATABASE)
         if isinstance(exc, UserInputError | GenomeError | ProblemError):
-            _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 2)
+            _fail(_first_line(exc), EXIT_BAD_INPUT)
+        database = _database_failure(exc, self.db)
+        if database is not None:
+            _fail(_first_line(database), EXIT_DATABASE if isinstance(database, DatabaseUnusable)
+                  else EXIT_BAD_INPUT)
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] != "tsopt":
+            _missing(exc)
+        if isinstance(exc, OSError) and exc.filename is not None:
+            # A path given on the command line (or under it) that cannot be read or written.
+            _fail(f"{exc.filename}: {exc.strerror or _first_line(exc)}", EXIT_BAD_INPUT)
         return False
 
 
 # --------------------------------------------------------------------------------------
-# tune
+# tune: one command per registered space, its sizes from the op registry
 # --------------------------------------------------------------------------------------
 
-
-def _parse_duration(text: str | None) -> float | None:
-    if text is None:
-        return None
-    units = {"s": 1, "m": 60, "h": 3600}
-    value, unit = text[:-1], text[-1:]
-    if unit not in units:
-        value, unit = text, "s"
-    try:
-        seconds = float(value) * units[unit]
-    except ValueError:
-        raise UserInputError(f"--time {text!r} is not a duration like 90s, 30m or 2h") from None
-    if seconds <= 0:
-        raise UserInputError(f"--time {text!r} must be positive")
-    return seconds
-
-
-TRIALS_HELP = ("Trials in the study in total: running the same command again resumes it "
-               "up to N (after Ctrl-C or a kill).")
-SAMPLER_HELP = ("tpe (default), random, cmaes (numeric knobs; the others fall back to TPE) or "
-                "grid (exhaustive; small or --knob-restricted spaces).")
-WORKERS_HELP = ("Workers verifying and building in parallel (0: one at a time in this "
-                "process). With N > 0 a local Ray cluster of N CPUs is started, or joined with "
-                "--ray-address; each GPU gets a measuring actor. With --pool processes: N "
-                "local build processes instead of Ray.")
-RAY_HELP = "Join this Ray cluster (HOST:PORT of its head) instead of starting a local one."
-POOL_HELP = ("What --workers N runs on: ray (default; a local Ray cluster, or --ray-address) "
-             "or processes (N build processes on this machine, no Ray; measuring on this "
-             "machine's GPU if it has one).")
-PATIENCE_HELP = ("Stop after N trials without a faster measurement. Improvement needs "
-                 "measurements: without a GPU nothing is timed and this never triggers.")
-WARM_HELP = ("Start a new study from the best genomes of finished studies of the same space "
-             "and dtype on the nearest shapes in the database.")
-KNOB_HELP = ("Restrict a knob to some of its choices, e.g. --knob stages=2,4 (repeatable; one "
-             "value fixes it). Makes --sampler grid possible on a big space.")
-
-
-@tune_app.command("copy")
-def tune_copy(
-    rows: int = typer.Option(..., help="Rows of the 2-D tensor."),
-    cols: int = typer.Option(..., help="Columns of the 2-D tensor (contiguous)."),
-    dtype: str = typer.Option("fp16", help="Element type: fp16 or bf16."),
-    trials: int = typer.Option(50, help=TRIALS_HELP),
-    time: str = typer.Option(None, "--time", help="Wall-clock budget of this run, e.g. 30m."),
-    patience: int = typer.Option(None, help=PATIENCE_HELP),
-    sampler: str = typer.Option("tpe", help=SAMPLER_HELP),
-    knob: list[str] = typer.Option(None, "--knob", help=KNOB_HELP),
-    arch: str = typer.Option("sm_90a", help="Target architecture."),
-    study: str = typer.Option(None, help="Study name (default: derived from the problem)."),
-    db: str = typer.Option(DEFAULT_DB, help=DB_HELP),
-    bundle: Path = typer.Option(None, help="Bundle directory (default: .tsopt/bundles/<study>)."),
-    workers: int = typer.Option(0, help=WORKERS_HELP),
-    ray_address: str = typer.Option(None, "--ray-address", help=RAY_HELP),
-    pool: str = typer.Option("ray", help=POOL_HELP),
-    warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help=WARM_HELP),
-    seed: int = typer.Option(0, help="Sampler seed."),
-) -> None:
-    """Tune the TS TMA copy (GMEM -> SMEM -> GMEM) for one tensor."""
-    with _Guard():
-        from tsopt.core.problem import Problem
-        from tsopt.search.tune import TuneRequest, run_tune
-
-        problem = Problem.of("copy", dtype, rows=rows, cols=cols)
-        request = TuneRequest(
-            space="copy", problem=problem, trials=trials, time_budget_s=_parse_duration(time),
-            sampler=sampler, arch=arch, study=study, db_url=db, bundle_dir=bundle,
-            workers=workers, seed=seed, ray_address=ray_address, patience=patience,
-            warm_start=warm_start, knobs=tuple(knob or ()), pool=pool,
-        )
-        code = run_tune(request, console)
-    raise typer.Exit(code)
-
-
-@tune_app.command("gemm")
-def tune_gemm(
-    m: int = typer.Option(..., help="Rows of A and D."),
-    n: int = typer.Option(..., help="Rows of B, columns of D."),
-    k: int = typer.Option(..., help="Columns of A and B (the reduction)."),
-    dtype: str = typer.Option("bf16", help="Input/output type: bf16 or fp16 (fp32 accumulation)."),
-    trials: int = typer.Option(100, help=TRIALS_HELP),
-    time: str = typer.Option(None, "--time", help="Wall-clock budget of this run, e.g. 30m."),
-    patience: int = typer.Option(None, help=PATIENCE_HELP),
-    sampler: str = typer.Option("tpe", help=SAMPLER_HELP),
-    knob: list[str] = typer.Option(None, "--knob", help=KNOB_HELP),
-    arch: str = typer.Option("sm_90a", help="Target architecture."),
-    study: str = typer.Option(None, help="Study name (default: derived from the problem)."),
-    db: str = typer.Option(DEFAULT_DB, help=DB_HELP),
-    bundle: Path = typer.Option(None, help="Bundle directory (default: .tsopt/bundles/<study>)."),
-    workers: int = typer.Option(0, help=WORKERS_HELP),
-    ray_address: str = typer.Option(None, "--ray-address", help=RAY_HELP),
-    pool: str = typer.Option("ray", help=POOL_HELP),
-    warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help=WARM_HELP),
-    seed: int = typer.Option(0, help="Sampler seed."),
-) -> None:
-    """Tune the Hopper warp-specialized TS GEMM D = A @ B^T."""
-    with _Guard():
-        from tsopt.core.problem import Problem
-        from tsopt.search.tune import TuneRequest, run_tune
-
-        problem = Problem.of("gemm", dtype, m=m, n=n, k=k)
-        request = TuneRequest(
-            space="gemm", problem=problem, trials=trials, time_budget_s=_parse_duration(time),
-            sampler=sampler, arch=arch, study=study, db_url=db, bundle_dir=bundle,
-            workers=workers, seed=seed, ray_address=ray_address, patience=patience,
-            warm_start=warm_start, knobs=tuple(knob or ()), pool=pool,
-        )
-        code = run_tune(request, console)
-    raise typer.Exit(code)
+register_tune_commands(tune_app, _Guard, console)
 
 
 # --------------------------------------------------------------------------------------
@@ -193,22 +148,36 @@ def verify(
     ),
     domain: int = typer.Option(None, help="Concrete domain iterations (default: stages + 2)."),
 ) -> None:
-    """Judge one genome with the TS verifier and tsopt's own checks; print `valid` or the rule."""
+    """Judge one genome with the TS verifier and tsopt's own checks; print `valid` or the rule.
+
+    A genome whose genes do not fit its space (a wrong kind, out of range, not a choice) is
+    bad input (exit 2, the gene named); a schedule the checks reject exits 1."""
     with _Guard():
-        from tsopt.core.genome import Genome
+        from tsopt.core.genome import MAX_GENOME_BYTES, Genome
         from tsopt.core.registry import problem_for
-        from tsopt.verify.verifier import verify_genome
+        from tsopt.verify.verifier import check_genome_schema, verify_genome
 
         try:
-            text = genome_file.read_text()
+            # A genome is small: read no more than its bound (and one byte to see it is over).
+            with open(genome_file, "rb") as f:
+                data = f.read(MAX_GENOME_BYTES + 1)
+            text = data.decode()
         except OSError as exc:
             raise UserInputError(f"cannot read genome file {str(genome_file)!r}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise UserInputError(f"genome file {str(genome_file)!r} is not text ({exc.reason} at "
+                                 f"byte {exc.start})") from None
         genome = Genome.from_json(text)
-        verdict = verify_genome(genome, problem_for(problem, genome.space), domain=domain)
+        if domain is not None and domain < 1:
+            raise UserInputError(f"--domain {domain} must be at least 1")
+        target = problem_for(problem, genome.space)
+        check_genome_schema(genome, target)
+        verdict = verify_genome(genome, target, domain=domain)
     if verdict.valid:
         console.print(f"[green]valid[/]  ({verdict.seconds * 1e3:.1f} ms, domain {verdict.domain})")
         raise typer.Exit(0)
-    console.print(f"[red]rejected[/] [{verdict.stage}] {verdict.rule}: {verdict.message}", highlight=False)
+    console.print(f"[red]rejected[/] \\[{verdict.stage}] {escape(str(verdict.rule))}: "
+                  f"{escape(str(verdict.message))}", highlight=False)
     raise typer.Exit(1)
 
 
@@ -226,7 +195,7 @@ def measure(
 ) -> None:
     """On a GPU machine: check and time every candidate of a bundle, write results into it."""
     with _Guard():
-        from tsopt.workers.bundle_measure import measure_bundle
+        from tsopt.app.measure import measure_bundle
 
         code = measure_bundle(bundle, runs=runs, warmup=warmup, limit=limit, console=console)
     raise typer.Exit(code)
@@ -238,7 +207,7 @@ def ingest(
     db: str = typer.Option(DEFAULT_DB, help=DB_HELP),
 ) -> None:
     """Record a measured bundle's results in the database and tell the study."""
-    with _Guard():
+    with _Guard(db):
         from tsopt.app.ingest import ingest_bundle
 
         code = ingest_bundle(bundle, db_url=db, console=console)
@@ -258,11 +227,8 @@ def report(
     db: str = typer.Option(DEFAULT_DB, help=DB_HELP),
 ) -> None:
     """Write a self-contained HTML dashboard for a study (or list the studies)."""
-    with _Guard():
-        try:
-            from tsopt.reports.report import report_command
-        except ImportError:
-            _not_built("report")
+    with _Guard(db):
+        from tsopt.reports.report import report_command
         code = report_command(study=study, out=out, compare=compare or [], db_url=db, console=console)
     raise typer.Exit(code)
 
@@ -273,30 +239,31 @@ def dashboard(
     port: int = typer.Option(8080, help="Port for optuna-dashboard."),
 ) -> None:
     """Open optuna-dashboard on the same database."""
-    with _Guard():
-        try:
-            from tsopt.reports.dashboard import dashboard_command
-        except ImportError:
-            _not_built("dashboard")
+    with _Guard(db):
+        from tsopt.reports.dashboard import dashboard_command
         code = dashboard_command(db_url=db, port=port, console=console)
     raise typer.Exit(code)
 
 
 @app.command()
 def export(
-    study: str = typer.Argument(..., help="Study name."),
-    out: Path = typer.Option(..., help="Output directory."),
+    study: str = typer.Argument(None, help="Study name (or --study / --studies)."),
+    out: Path = typer.Option(..., help="Output directory: new or empty, or an earlier export "
+                             "(with --force). Never the working directory, the database or .tsopt/."),
+    studies: str = typer.Option(None, help="Several studies, comma-separated: one package with a "
+                                "kernel per problem and a dispatch table (torch_ops.py)."),
+    study_option: list[str] = typer.Option(None, "--study", help="A study (repeatable; with "
+                                           "--studies and STUDY: all of them, as one package)."),
     rank: int = typer.Option(1, help="1 = best correct timed candidate, 2 = runner-up, ..."),
-    force: bool = typer.Option(False, help="Write into a non-empty directory."),
+    force: bool = typer.Option(False, help="Replace an earlier export in --out: only the files "
+                               "its manifest lists (other files are kept)."),
     db: str = typer.Option(DEFAULT_DB, help=DB_HELP),
 ) -> None:
-    """Export a tuned kernel: source, C artifacts, manifest and loader."""
-    with _Guard():
-        try:
-            from tsopt.app.export import export_command
-        except ImportError:
-            _not_built("export")
-        code = export_command(study=study, out=out, rank=rank, force=force, db_url=db, console=console)
+    """Export tuned kernels: source, C artifacts, manifest, loader and a PyTorch op module."""
+    with _Guard(db):
+        from tsopt.app.export import export_command, study_list
+        names = study_list(study, study_option or [], studies)
+        code = export_command(studies=names, out=out, rank=rank, force=force, db_url=db, console=console)
     raise typer.Exit(code)
 
 
@@ -317,14 +284,33 @@ def spaces(
     raise typer.Exit(code)
 
 
+# --------------------------------------------------------------------------------------
+# db
+# --------------------------------------------------------------------------------------
+
+
+@db_app.command("check")
+def db_check(db: str = typer.Option(DEFAULT_DB, help=DB_HELP)) -> None:
+    """Check the database without changing it: SQLite's integrity check, tsopt's and Optuna's
+    schema versions and tables, the studies (killed ones with when). Exit 0 when it can be
+    used, 4 when not."""
+    with _Guard(db):
+        from tsopt.app.db_check import check_database
+
+        code = check_database(db, console)
+    raise typer.Exit(code)
+
+
 def main() -> None:
     try:
         app()
+    except DatabaseUnusable as exc:  # raised outside a guarded command body
+        _fail(_first_line(exc), EXIT_DATABASE)
     except UserInputError as exc:  # raised outside a guarded command body (option parsing)
-        _fail(str(exc), 2)
+        _fail(_first_line(exc), EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         err_console.print("interrupted")
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

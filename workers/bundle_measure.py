@@ -1,29 +1,29 @@
-"""``tsopt measure BUNDLE``: measure every candidate of a bundle on this GPU machine.
+"""Measure every candidate of a bundle on this GPU machine into its ``results.json``.
 
 Reads and validates the manifest, then measures the candidates under the watchdog (see
-tsopt.workers.watchdog): by default in persistent measuring workers, each of which times the vendor
-baseline when it starts (the first timing sets the watchdog's limits) and then measures
-candidate after candidate, replaced after any failure and recycled every
-``max_candidates``; with ``isolation="process"`` a probe process times the baseline and every
-candidate gets a process of its own. ``results.json`` is rewritten atomically after each
-candidate. Resumable: a candidate that already has a result in ``results.json`` is skipped, and
-the run keeps its ``run_id``. The closing lines say how many processes were started and the
-wall time per candidate (measurements per second).
+tsopt.workers.measure): by default in persistent measuring workers, each of which times the
+vendor baseline when it starts (the first timing sets the watchdog's limits) and then measures
+candidate after candidate, replaced after any failure and recycled every ``max_candidates``;
+with ``isolation="process"`` a probe process times the baseline and every candidate gets a
+process of its own. ``results.json`` is rewritten atomically after each candidate. Resumable:
+a candidate that already has a result in ``results.json`` is skipped, and the run keeps its
+``run_id``.
 
-Needs torch, rich and the standard library (no DSL, no database).
+What the operator sees goes through a :class:`BundleView`: this one prints plain lines (the
+runner's ``--bundle``); ``tsopt measure`` draws a progress bar and a table
+(tsopt.app.measure). Standard library only (plus tsopt.core); the GPU work happens in the
+measuring children.
 """
 
 from __future__ import annotations
 
+import math
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
 from tsopt.core.bundle import (
+    Baseline,
     BundleManifest,
     BundleResults,
     read_manifest,
@@ -31,27 +31,99 @@ from tsopt.core.bundle import (
     utc_now,
     write_results,
 )
+from tsopt.core.devices import check_fits
 from tsopt.core.errors import UserInputError
+from tsopt.core.problem import ProblemError
 from tsopt.core.records import Measurement
-from tsopt.workers.watchdog import (
-    BASELINE_MODES,
-    ISOLATIONS,
-    REBASELINE_EVERY,
-    WORKER_MAX_CANDIDATES,
-    Limits,
-    MeasureError,
-    Probe,
-    open_measurer,
-)
+from tsopt.workers.limits import Limits
+from tsopt.workers.measure import ISOLATIONS, open_measurer
+from tsopt.workers.measurer import MeasureError, MeasureStats, Probe
+from tsopt.workers.worker_measurer import BASELINE_MODES, REBASELINE_EVERY, WORKER_MAX_CANDIDATES
 
 MIN_RUNS = 20
-STATUS_STYLE = {"ok": "green", "wrong": "red", "hang": "magenta", "crash": "red",
-                "launch_error": "yellow", "timeout": "magenta"}
 
 
-def _check_options(runs: int, warmup: int, limit: int | None, checks: int,
-                   isolation: str = "worker", max_candidates: int = 1,
-                   rebaseline_every: int = 1, baseline: str = "once") -> None:
+def num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def fastest(results: BundleResults, n: int = 10) -> list[Measurement]:
+    """The ``n`` fastest correct candidates, fastest first."""
+    timed = sorted((m for m in results.measurements if m.status == "ok" and m.median_us),
+                   key=lambda m: m.median_us or 0.0)
+    return timed[:n]
+
+
+def status_counts(results: BundleResults) -> str:
+    counts: dict[str, int] = {}
+    for m in results.measurements:
+        counts[m.status] = counts.get(m.status, 0) + 1
+    return "statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+
+
+class BundleView:
+    """What :func:`measure_bundle` tells its operator, as plain lines on stdout."""
+
+    def plan(self, bundle: Path, manifest: BundleManifest, selected: int, pending: int) -> None:
+        print(f"bundle {bundle} ({manifest.study}, {manifest.problem}, {manifest.arch}): "
+              f"{len(manifest.candidates)} candidates, {selected - pending} of the {selected} "
+              "selected already measured", flush=True)
+        if not pending:
+            print("nothing left to measure", flush=True)
+
+    def note(self, text: str) -> None:
+        """The measurer's notes: workers started, replaced, recycled; baselines."""
+        print(text, flush=True)
+
+    def cannot_measure(self, error: str, started: bool) -> None:
+        """This machine cannot measure (``started``: any more, part-way through)."""
+        print(f"cannot measure on this machine{' any more' if started else ''}: {error}",
+              flush=True)
+
+    def baseline(self, base: Baseline, limits: Limits, isolation: str, mode: str) -> None:
+        print(f"{base.device}: {base.name} {base.median_us:.2f} us ({num(base.rate, '.1f')} "
+              f"{base.rate_unit}); watchdog limits: check {limits.check_s:.1f} s, timing "
+              f"{limits.timing_s:.1f} s; isolation: {isolation}, baseline: {mode}", flush=True)
+
+    def resuming(self, results: BundleResults, device: str) -> None:
+        print(f"note: resuming run {results.run_id} measured on {results.device} on a {device}",
+              flush=True)
+
+    def begin(self, total: int) -> None:
+        """``total`` candidates are about to be measured."""
+
+    def start(self, genome_hash: str) -> None:
+        """One candidate is being measured."""
+
+    def measured(self, m: Measurement, pid: int | None) -> None:
+        cost = f"{m.seconds:.2f} s{f' pid {pid}' if pid is not None else ''}"
+        if m.status == "ok" and m.median_us is not None:
+            figures = (f"{m.median_us:9.2f} us  {num(m.rate, '9.1f')} {m.rate_unit:<7}"
+                       f"  x{num(m.ratio, '.3f')} vs {m.baseline_name}")
+        else:
+            figures = m.error.splitlines()[0][:160] if m.error else ""
+        print(f"{m.status:<12} {m.genome_hash[:12]}  {figures}  {cost}", flush=True)
+
+    def end(self) -> None:
+        """The measuring loop is over (done, or stopped)."""
+
+    def finished(self, bundle: Path, results: BundleResults, stats: MeasureStats) -> None:
+        print(status_counts(results))
+        best = fastest(results)
+        if best:
+            print(f"fastest correct candidates on {results.device}:")
+            for m in best:
+                print(f"  {m.genome_hash[:12]}  {num(m.median_us, '.2f')} us  "
+                      f"({num(m.p10_us, '.2f')}-{num(m.p90_us, '.2f')})  "
+                      f"{num(m.rate, '.1f')} {m.rate_unit}  x{num(m.ratio, '.3f')}  "
+                      f"rel err {num(m.rel_err, '.2e')}")
+        print(stats.summary())
+        print(f"results written to {bundle / 'results.json'} (run {results.run_id})", flush=True)
+
+
+def check_options(runs: int, warmup: int, limit: int | None, checks: int,
+                  isolation: str = "worker", max_candidates: int = 1,
+                  rebaseline_every: int = 1, baseline: str = "once") -> None:
     if runs < MIN_RUNS:
         raise UserInputError(f"--runs {runs}: at least {MIN_RUNS} timed runs are needed (p10/p90)")
     if warmup < 0:
@@ -69,6 +141,26 @@ def _check_options(runs: int, warmup: int, limit: int | None, checks: int,
                              f"{rebaseline_every} must be at least 1")
 
 
+FIGURES = ("median_us", "p10_us", "p90_us", "rate", "rel_err", "ratio", "baseline_median_us",
+           "baseline_rate")
+
+
+def finite_figures(m: Measurement) -> Measurement:
+    """``m`` with every non-finite figure (a NaN, an infinity: results.json holds neither)
+    dropped to None and named in its error. A correct check whose time is not finite is no
+    timing: it becomes a ``crash`` of the timing."""
+    bad = {key: getattr(m, key) for key in FIGURES
+           if isinstance(getattr(m, key), float) and not math.isfinite(getattr(m, key))}
+    if not bad:
+        return m
+    error = "; ".join(x for x in (m.error, "non-finite " + ", ".join(
+        f"{key}={value}" for key, value in bad.items())) if x)
+    cleared = replace(m, error=error, **{key: None for key in bad})
+    if m.status == "ok" and {"median_us", "p10_us", "p90_us"} & set(bad):
+        return replace(cleared, status="crash", median_us=None, p10_us=None, p90_us=None)
+    return cleared
+
+
 def _start_results(manifest: BundleManifest, probe: Probe, runs: int, warmup: int,
                    checks: int, isolation: str, baseline: str) -> BundleResults:
     env = probe.environment
@@ -82,49 +174,12 @@ def _start_results(manifest: BundleManifest, probe: Probe, runs: int, warmup: in
     )
 
 
-def _num(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def describe(m: Measurement, pid: int | None = None) -> str:
-    """One line per candidate for the console: status, figures or error, wall time, process."""
-    style = STATUS_STYLE.get(m.status, "white")
-    head = f"[{style}]{m.status:<12}[/] {m.genome_hash[:12]}"
-    cost = f"  [dim]{m.seconds:.2f} s{f' pid {pid}' if pid is not None else ''}[/]"
-    if m.status == "ok" and m.median_us is not None:
-        return (f"{head}  {m.median_us:9.2f} us  {_num(m.rate, '9.1f')} {m.rate_unit:<7}"
-                f"  x{_num(m.ratio, '.3f')} vs {escape(m.baseline_name)}{cost}")
-    error = escape(m.error.splitlines()[0][:160]) if m.error else ""
-    return f"{head}  {error}{cost}"
-
-
-def _summary(console: Console, results: BundleResults) -> None:
-    counts: dict[str, int] = {}
-    for m in results.measurements:
-        counts[m.status] = counts.get(m.status, 0) + 1
-    console.print("statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    timed = sorted((m for m in results.measurements if m.status == "ok" and m.median_us),
-                   key=lambda m: m.median_us or 0.0)
-    if not timed:
-        return
-    table = Table(title=f"fastest correct candidates on {results.device}")
-    for column in ("genome", "median us", "p10-p90 us", "rate", "vs baseline", "rel err"):
-        table.add_column(column, justify="left" if column == "genome" else "right")
-    for m in timed[:10]:
-        table.add_row(
-            m.genome_hash[:12], _num(m.median_us, ".2f"),
-            f"{_num(m.p10_us, '.2f')}-{_num(m.p90_us, '.2f')}",
-            f"{_num(m.rate, '.1f')} {m.rate_unit}", "x" + _num(m.ratio, ".3f"),
-            _num(m.rel_err, ".2e"),
-        )
-    console.print(table)
-
-
 def measure_bundle(
     bundle: Path, runs: int = 50, warmup: int = 10, limit: int | None = None,
-    console: Console | None = None, checks: int = 2, gpu: int | None = None, *,
+    checks: int = 2, gpu: int | None = None, *,
     isolation: str = "worker", max_candidates: int = WORKER_MAX_CANDIDATES,
     baseline: str = "once", rebaseline_every: int = REBASELINE_EVERY,
+    view: BundleView | None = None,
 ) -> int:
     """Measure a bundle's unmeasured candidates, writing results.json; returns the exit code.
 
@@ -134,55 +189,43 @@ def measure_bundle(
     ``isolation``: ``"worker"`` (persistent measuring processes, the default) or ``"process"``
     (one per candidate); ``baseline``: ``"once"`` (the vendor timed per problem and worker,
     again every ``rebaseline_every`` candidates and at the end; the default) or ``"paired"``
-    (timed after each candidate); see tsopt.workers.watchdog.
+    (timed after each candidate); see tsopt.workers.worker_measurer.
     """
-    console = console or Console()
-    _check_options(runs, warmup, limit, checks, isolation, max_candidates, rebaseline_every,
-                   baseline)
+    view = view or BundleView()
+    check_options(runs, warmup, limit, checks, isolation, max_candidates, rebaseline_every,
+                  baseline)
     bundle = Path(bundle)
-    manifest = read_manifest(bundle)
+    manifest = read_manifest(bundle)  # every artifact file against its sha256
+    try:
+        check_fits(manifest.problem, manifest.arch)
+    except ProblemError as exc:
+        raise UserInputError(f"{bundle / 'manifest.json'}: {exc}") from None
     results = read_results(bundle, manifest)
     selected = manifest.candidates[:limit] if limit else manifest.candidates
     done = results.measured_hashes() if results else set()
     pending = [c for c in selected if c.genome_hash not in done]
-    console.print(
-        f"bundle {bundle} ({manifest.study}, {manifest.problem}, {manifest.arch}): "
-        f"{len(manifest.candidates)} candidates, {len(selected) - len(pending)} of the "
-        f"{len(selected)} selected already measured", highlight=False,
-    )
+    view.plan(bundle, manifest, len(selected), len(pending))
     if not pending:
-        console.print("nothing left to measure")
         return 0
-
-    def note(text: str) -> None:
-        console.print(f"[dim]{escape(text)}[/]", highlight=False)
 
     problem = manifest.problem
     code = 0
     with open_measurer(isolation, runs, warmup, checks, gpu, max_candidates=max_candidates,
                        baseline=baseline, rebaseline_every=rebaseline_every,
-                       log=note) as measurer:
+                       log=view.note) as measurer:
         try:
             probe = measurer.probe(problem)
         except MeasureError as exc:
-            console.print(f"[bold red]cannot measure on this machine:[/] {escape(str(exc))}",
-                          highlight=False)
+            view.cannot_measure(str(exc), started=False)
             return 1
         base = probe.baseline
-        limits = Limits.for_candidate(base.median_us, runs, warmup, checks)
-        console.print(
-            f"{base.device}: {base.name} {base.median_us:.2f} us "
-            f"({_num(base.rate, '.1f')} {base.rate_unit}); "
-            f"watchdog limits: check {limits.check_s:.1f} s, timing {limits.timing_s:.1f} s; "
-            f"isolation: {isolation}, baseline: "
-            f"{baseline if isolation == 'worker' else 'paired'}", highlight=False,
-        )
+        view.baseline(base, Limits.for_candidate(base.median_us, runs, warmup, checks),
+                      isolation, baseline if isolation == "worker" else "paired")
         if results is None:
             results = _start_results(manifest, probe, runs, warmup, checks, isolation,
                                      baseline)
         elif results.device and results.device != base.device:
-            console.print(f"[yellow]note:[/] resuming run {results.run_id} measured on "
-                          f"{results.device} on a {base.device}", highlight=False)
+            view.resuming(results, base.device)
         run = results
         run.baselines.append(base)
         earlier_timings = list(run.baseline_timings)
@@ -192,29 +235,25 @@ def measure_bundle(
             write_results(bundle, run)
 
         save()
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("measuring", total=len(pending))
+        view.begin(len(pending))
+        try:
             for candidate in pending:
-                progress.update(task, description=f"measuring {candidate.genome_hash[:12]}")
+                view.start(candidate.genome_hash)
                 try:
                     measured = measurer.measure(bundle / candidate.artifact,
                                                 candidate.genome_hash, problem)
                 except MeasureError as exc:
-                    progress.console.print("[bold red]cannot measure on this machine any "
-                                           f"more:[/] {escape(str(exc))}", highlight=False)
+                    view.cannot_measure(str(exc), started=True)
                     code = 1
                     break
-                run.measurements.append(measured)
+                run.measurements.append(finite_figures(measured))
+                run.measured_files[candidate.genome_hash] = dict(candidate.files)
                 save()
-                progress.console.print(describe(measured, measurer.last_pid), highlight=False)
-                progress.advance(task)
+                view.measured(measured, measurer.last_pid)
+        finally:
+            view.end()
         if code == 0:
             measurer.finish_problem(problem)
     save()
-    _summary(console, run)
-    console.print(measurer.stats.summary(), highlight=False)
-    console.print(f"results written to {bundle / 'results.json'} (run {run.run_id})",
-                  highlight=False)
+    view.finished(bundle, run, measurer.stats)
     return code

@@ -15,6 +15,10 @@ Usage::
     d = kernel(a, b)                        # inputs in the order of artifact.json
     kernel(a, b, out=d)                     # or into an existing output
 
+It launches on torch's current CUDA stream and checks every tensor first (shape, dtype,
+device, layout, alignment: :class:`KernelInputError`). ``torch_ops.py`` beside it registers
+the kernel as a PyTorch op, for ``torch.compile`` and CUDA graphs.
+
 The library's CUDA runtime is linked dynamically (libcudart.so.12 or .13):
 this module loads ``libcuda.so.1`` and a matching libcudart with
 RTLD_GLOBAL first, from the loader path, torch's bundled ``nvidia/*/lib`` or
@@ -34,11 +38,21 @@ from typing import Any
 import torch
 
 CUDART_SONAMES = ("libcudart.so.13", "libcudart.so.12")
-TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16}
+TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16,
+                                      "int16": torch.int16}
+
+
+TMA_ALIGNMENT = 16
+"""Bytes a tensor's data pointer must be a multiple of: the TMA unit needs 16-byte aligned
+global addresses (a tensor sliced at an odd offset is contiguous but not aligned)."""
 
 
 class KernelLoadError(RuntimeError):
     """The artifact's library or the CUDA libraries could not be loaded (a launch_error)."""
+
+
+class KernelInputError(ValueError):
+    """A tensor handed to a kernel does not match its signature; checked before any launch."""
 
 
 # -- CUDA libraries ------------------------------------------------------------------------
@@ -180,7 +194,9 @@ class KernelLibrary:
     def open(cls, artifact_dir: Path, manifest: Any) -> KernelLibrary:
         """``manifest``: anything with ``library``, ``load_symbol``, ``launch_symbol``
         (an artifact.json read by tsopt.core.artifact or by :class:`KernelManifest`)."""
-        path = Path(artifact_dir) / manifest.library
+        # Absolute: dlopen searches the system's library path for a name without a slash, so
+        # "libkernel.so" (an artifact opened as ".") would not be the file beside artifact.json.
+        path = Path(artifact_dir).resolve() / manifest.library
         if not path.is_file():
             raise KernelLoadError(f"no library {manifest.library!r} in {artifact_dir}")
         cuda = load_cuda(needed_cudart(path))
@@ -237,11 +253,36 @@ class KernelManifest:
             raise KernelLoadError(f"{path}: malformed ({type(exc).__name__}: {exc})") from None
 
 
+def tensor_problems(spec: TensorSpec, tensor: Any, tracing: bool = False) -> list[str]:
+    """What keeps ``tensor`` from being ``spec``'s argument, in words (empty: it fits).
+
+    Shape, dtype, device (CUDA), layout (contiguous, row-major) and alignment (the data
+    pointer, :data:`TMA_ALIGNMENT`). ``tracing``: a fake or meta tensor of torch.compile, which
+    has no data pointer; a meta device passes.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        return [f"expected a torch.Tensor, got {type(tensor).__name__}"]
+    want = TORCH_DTYPES[spec.dtype]
+    problems = []
+    if tuple(tensor.shape) != spec.shape:
+        problems.append(f"shape {tuple(tensor.shape)} != {spec.shape}")
+    if tensor.dtype != want:
+        problems.append(f"dtype {tensor.dtype} != {want}")
+    if not tensor.is_cuda and not (tracing and tensor.device.type == "meta"):
+        problems.append(f"not on a CUDA device (on {tensor.device})")
+    if not tensor.is_contiguous():
+        problems.append(f"not contiguous (row-major; strides {tuple(tensor.stride())})")
+    elif not tracing and tensor.data_ptr() % TMA_ALIGNMENT:
+        problems.append(f"data pointer {tensor.data_ptr():#x} not {TMA_ALIGNMENT}-byte aligned "
+                        f"(a slice at an offset: pass a fresh tensor or .clone() it)")
+    return problems
+
+
 class LoadedKernel:
     """A kernel library bound to its tensor signature; call it with torch tensors."""
 
     def __init__(self, directory: Path | str) -> None:
-        self.directory = Path(directory)
+        self.directory = Path(directory).resolve()
         self.manifest = KernelManifest.read(self.directory)
         self.inputs = [t for t in self.manifest.tensors if t.role == "input"]
         self.outputs = [t for t in self.manifest.tensors if t.role == "output"]
@@ -256,18 +297,19 @@ class LoadedKernel:
     def _check(self, spec: TensorSpec, tensor: Any) -> None:
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{spec.name}: expected a torch.Tensor, got {type(tensor).__name__}")
-        want = TORCH_DTYPES[spec.dtype]
-        problems = []
-        if tuple(tensor.shape) != spec.shape:
-            problems.append(f"shape {tuple(tensor.shape)} != {spec.shape}")
-        if tensor.dtype != want:
-            problems.append(f"dtype {tensor.dtype} != {want}")
-        if not tensor.is_cuda:
-            problems.append("not on a CUDA device")
-        if not tensor.is_contiguous():
-            problems.append("not contiguous (row-major)")
+        problems = tensor_problems(spec, tensor)
         if problems:
-            raise ValueError(f"{spec.name}: " + "; ".join(problems))
+            raise KernelInputError(f"{spec.name}: " + "; ".join(problems))
+
+    def load_module(self) -> None:
+        """Load the kernel's module on every device (once): before a CUDA graph is captured,
+        since loading a module is no stream work a graph can record."""
+        if self._loaded:
+            return
+        code = self.library.load_module()
+        if code != 0:
+            raise RuntimeError(f"module load failed: {self.library.cuda.runtime.describe(code)}")
+        self._loaded = True
 
     def __call__(self, *inputs: torch.Tensor, out: Any = None) -> Any:
         """Run on ``inputs`` (artifact order); returns the output(s), allocated unless ``out``."""
@@ -293,13 +335,7 @@ class LoadedKernel:
         by_name = {t.name: x for t, x in zip(self.inputs, inputs, strict=True)}
         by_name.update({t.name: x for t, x in zip(self.outputs, outs, strict=True)})
         with torch.cuda.device(device):
-            if not self._loaded:
-                code = self.library.load_module()
-                if code != 0:
-                    raise RuntimeError(
-                        f"module load failed: {self.library.cuda.runtime.describe(code)}"
-                    )
-                self._loaded = True
+            self.load_module()
             ptrs = (ctypes.c_void_p * len(self.manifest.tensors))(
                 *(by_name[t.name].data_ptr() for t in self.manifest.tensors)
             )

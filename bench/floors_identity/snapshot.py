@@ -4,7 +4,8 @@ Writes sha256 of the copy and GEMM seeds' exported ``kernel.py`` and of the cubi
 GEMM configurations (bf16 8192^3, sm_90a) to the JSON named on the command line, and, with
 ``--compare BEFORE.json``, exits 1 unless every hash matches::
 
-    CUTE_DSL_ARCH=sm_90a python bench/floors_identity/snapshot.py after.json --compare bench/floors_identity/before.json
+    CUTE_DSL_ARCH=sm_90a python bench/floors_identity/snapshot.py after.json \\
+        --compare bench/floors_identity/before.json
 
 ``before.json`` was written by the same steps on the tree before the move (commit 7bd68c9).
 """

@@ -408,20 +408,29 @@
   function importanceSection(st) {
     var imp = st.importance;
     var body = [h("p", {"class": "note", text: "Method: " + imp.method})];
+    var rests = "Rests on " + imp.timed + " timed candidate" + (imp.timed === 1 ? "" : "s") + ".";
     if (imp.timed < imp.min_timed) {
       body.push(nothing("Parameter importance needs at least " + imp.min_timed +
                         " timed candidates; this study has " + imp.timed + "."));
     } else if (!imp.genes.length) {
       body.push(nothing("No gene took more than one value among the timed candidates."));
     } else {
+      if (!imp.reliable) {
+        body.push(h("p", {"class": "caveat", id: "importance-caveat",
+          text: "Unreliable: " + rests + " Below " + imp.reliable_timed + " candidates a gene " +
+                "with no effect at all shows a large share by chance alone (with v values over " +
+                "n candidates, (v\u22121)/(n\u22121) on average: the \u201cchance\u201d beside " +
+                "each bar). Time more candidates before reading this."}));
+      }
       var items = imp.genes.slice(0, 20).map(function (g) {
-        return {label: g.gene, value: g.eta2, color: "#3aa35b",
-                text: fmt(g.eta2, 2) + "  (best: " + g.best_value + ")",
+        return {label: g.gene, value: g.eta2, color: imp.reliable ? "#3aa35b" : "#b8bec9",
+                text: fmt(g.eta2, 2) + "  (best: " + g.best_value + "; chance " +
+                      fmt(g.chance, 2) + ")",
                 title: g.gene + ": " + g.values + " values"};
       });
       body.push(figure("importance", barChart(items, {title: "parameter importance", max: 1,
-        labelWidth: 170}), "Share of log-time variance explained (0\u20131), " + imp.timed +
-        " timed candidates."));
+        labelWidth: 170}), "Share of log-time variance explained (0\u20131). " + rests +
+        (imp.reliable ? "" : " Unreliable (fewer than " + imp.reliable_timed + ").")));
     }
     return card("Parameter importance", body, "importance");
   }

@@ -1,6 +1,6 @@
 """Render one copy candidate as a standalone ``kernel.py``.
 
-The exported file is the kernel module (``copy_tma_kernel.py``) verbatim,
+The exported file is the kernel module (``kernel.py``) verbatim,
 followed by the candidate: its configuration as literals and its two
 schedule bodies written out op by op (no genome, no lookup at run time),
 and a ``main`` that checks the kernel against torch on a GPU machine with
@@ -14,6 +14,7 @@ from typing import Any
 
 from tsopt.search_spaces.common import export_source as _export_source
 from tsopt.search_spaces.copy import kernel as copy_tma_kernel
+from tsopt.search_spaces.copy.config import config_of
 from tsopt.search_spaces.copy.kernel import PRIMARY_OP, CopyConfig
 
 _CALLS = {
@@ -104,6 +105,4 @@ def render_kernel_source(cfg: CopyConfig, header: str, arch: str) -> str:
 
 
 def export_source(genome: Any, problem: Any, arch: str, header: str) -> str:
-    from tsopt.search_spaces.copy.space import config_of
-
     return render_kernel_source(config_of(genome, problem, arch), header, arch)

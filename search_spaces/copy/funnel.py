@@ -8,8 +8,8 @@ The copy genome factors into
   store_regs (what the TS register and group rules see);
 - O, the rest: box shape, chunk, CTAs per SM (only tsopt's checks see them).
 
-Assumptions, each tested by :func:`tsopt.verify.funnel.check_factorisation` on
-random genomes verified in full:
+Assumptions, each tested on random genomes verified in full (the count's ``draw`` and
+``predicted``, run by ``tsopt.verify.funnel.check_factorisation``):
 
 1. TS(S, L) = TS(S, L0) and TS(S0, L), for canonical S0, L0 that pass.
 2. A placement rejected by a per-task rule (anything but a deadlock or a race)
@@ -18,54 +18,129 @@ random genomes verified in full:
    loop is, and the canonical schedule is valid persistent at that
    (advance_on_wait, stages). (Persistent BFS runs cost ~50x more.)
 
-Everything the TS verifier judges below is judged for real; only the
-multiplication relies on the assumptions.
+Everything the TS verifier judges below is judged for real, by the ``judge`` the caller
+injects; only the multiplication relies on the assumptions.
+
+The sampler's screens (:func:`screen_placements`, :func:`screen_layouts`) are this
+factorisation's per-factor verdicts, kept: the placements and layouts that pass next to
+the canonical rest. The space ships them (``data/copy_screened.json``).
 """
+
+from __future__ import annotations
 
 import dataclasses
 import itertools
 import math
 import random
-import time
 from collections import Counter
 from typing import Any
 
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
-from tsopt.verify.funnel import Funnel, Judge, Progress, check_factorisation
+from tsopt.core.records import Verdict
+from tsopt.core.space import FunnelCount, Judge, Progress
+from tsopt.search_spaces.common import screen_cache
+from tsopt.search_spaces.common.placement import PLACEMENT_RULES
+from tsopt.search_spaces.common.screen_cache import ScreenKey, sources_digest
+from tsopt.search_spaces.copy import checks, config
+from tsopt.search_spaces.copy.checks import LAYOUT_RULES, copy_checks
 
 JOINT_RULES = ("ts.deadlock", "ts.race")
 OTHER_GENES = ("box_rows", "box_cols", "chunk", "vector", "raster")
+SCREEN_PROBLEM = Problem.of("copy", "fp16", rows=4096, cols=4096)
+"""The problem the sampler's screens are judged for (the rules they see do not read sizes)."""
 
 
-def _ts_ok(verdict: Any) -> bool:
+def _ts_ok(verdict: Verdict) -> bool:
     return bool(verdict.valid or verdict.stage == "tsopt")
 
 
-def copy_funnel(
-    space: Any, problem: Problem, *, judge: Judge, progress: Progress | None, sample: int = 200
-) -> Funnel:
-    from tsopt.search_spaces.copy.space import (
-        LAYOUT_GENES,
-        STRUCTURE_CHOICES,
-        config_of,
-        copy_checks,
-    )
+# -- the sampler's screens ----------------------------------------------------------------
 
-    start = time.perf_counter()
+
+def screen_placements(space: Any, judge: Judge, task: str) -> list[config.PlacementKnobs]:
+    """Dataflow-legal placements of ``task`` that pass TS and tsopt's checks next to the
+    canonical partner for some ``advance_on_wait`` setting."""
+    keep = []
+    for placement in space.legal_placements(task):
+        for aow in config.STRUCTURE_CHOICES["advance_on_wait"]:
+            genome = space.genome(**{task: placement}, advance_on_wait=aow)
+            if judge(genome, SCREEN_PROBLEM).valid:
+                keep.append(placement)
+                break
+    return keep
+
+
+def screen_layouts(space: Any, judge: Judge) -> list[dict[str, int]]:
+    """Warp/register layouts that pass TS and tsopt's layout rules with the canonical
+    schedule. Box-dependent rules (registers per box, vectors per thread) are judged per
+    candidate by the verifier, not here."""
+    keep = []
+    for values in itertools.product(*(config.NUMERIC_CHOICES[g] for g in config.LAYOUT_GENES)):
+        genes = dict(zip(config.LAYOUT_GENES, values, strict=True))
+        genome = space.genome(**genes)
+        if _ts_ok(judge(genome, SCREEN_PROBLEM)) and not [
+            f for f in copy_checks(config.config_of(genome, SCREEN_PROBLEM)) if f.rule in LAYOUT_RULES
+        ]:
+            keep.append(genes)
+    return keep
+
+
+def compute_screens(space: Any, judge: Judge) -> dict[str, Any]:
+    """Every screen the sampler draws from: ``load`` and ``store`` placements, ``layouts``."""
+    return {"load": screen_placements(space, judge, "load"),
+            "store": screen_placements(space, judge, "store"),
+            "layouts": screen_layouts(space, judge)}
+
+
+_TEMPLATE: dict[type, str] = {}
+
+
+def _template_digest(space: Any) -> str:
+    """The screen key's sources digest, once per process (source files do not change under a
+    running process, and reading them costs ~10 ms a call)."""
+    kind = type(space)
+    if kind not in _TEMPLATE:
+        _TEMPLATE[kind] = sources_digest(space.source_digest(), checks, *PLACEMENT_RULES, screen_placements,
+                                          screen_layouts)
+    return _TEMPLATE[kind]
+
+
+def screen_key(space: Any) -> ScreenKey:
+    """What the screens' verdicts depend on: the kernel and genome mapping
+    (``space.source_digest()``), tsopt's checks, the placement rules, the screening code;
+    the installed DSL; the problem, the canonical genes and the choices screened."""
+    template = _template_digest(space)
+    params = {
+        "problem": SCREEN_PROBLEM.key,
+        "canonical": {**config.DEFAULT_STRUCTURE, **config.DEFAULT_NUMERIC},
+        "ops": config.TASK_OPS,
+        "head_depths": config.HEAD_DEPTHS,
+        "deferrable": config.DEFERRABLE,
+        "advance_on_wait": config.STRUCTURE_CHOICES["advance_on_wait"],
+        "layouts": {g: config.NUMERIC_CHOICES[g] for g in config.LAYOUT_GENES},
+    }
+    return screen_cache.screen_key(config.SPACE, template, params)
+
+
+# -- the funnel ----------------------------------------------------------------------------
+
+
+def copy_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress | None) -> FunnelCount:
+    """The copy space's funnel for ``problem`` (see the module doc), judged by ``judge``."""
     space.check(problem)
     knobs = {k.name: k.choices for k in space.raw_knobs(problem)}
-    knobs["raster"] = STRUCTURE_CHOICES["raster"]
+    knobs["raster"] = config.STRUCTURE_CHOICES["raster"]
     legal = {t: space.legal_placements(t) for t in ("load", "store")}
     n_other = {False: 0, True: 0}  # O combinations per persistence (ctas_per_sm 0 vs > 0)
     ctas = knobs["ctas_per_sm"]
     for persistent in (False, True):
         n_ctas = sum(1 for c in ctas if (c > 0) == persistent)
         n_other[persistent] = n_ctas * math.prod(len(knobs[g]) for g in OTHER_GENES)
-    layouts = list(itertools.product(*(knobs[g] for g in LAYOUT_GENES)))
+    layouts = list(itertools.product(*(knobs[g] for g in config.LAYOUT_GENES)))
     n_layouts = len(layouts)
     stages_choices = knobs["stages"]
-    aows = STRUCTURE_CHOICES["advance_on_wait"]
+    aows = config.STRUCTURE_CHOICES["advance_on_wait"]
 
     def tick(what: str, done: int, total: int) -> None:
         if progress:
@@ -80,7 +155,7 @@ def copy_funnel(
             keep = []
             for placement in legal[task]:
                 genome = space.genome(**{task: placement}, advance_on_wait=aow)
-                verdict = judge(genome)
+                verdict = judge(genome, problem)
                 done += 1
                 tick("screening placements", done, total)
                 if _ts_ok(verdict) or verdict.rule in JOINT_RULES:
@@ -90,8 +165,8 @@ def copy_funnel(
     # 2. Layout screen: every warp/register layout with the canonical schedule.
     layout_ok = []
     for i, values in enumerate(layouts):
-        genes = dict(zip(LAYOUT_GENES, values, strict=True))
-        verdict = judge(space.genome(**genes))
+        genes = dict(zip(config.LAYOUT_GENES, values, strict=True))
+        verdict = judge(space.genome(**genes), problem)
         tick("screening layouts", i + 1, n_layouts)
         if _ts_ok(verdict):
             layout_ok.append(genes)
@@ -103,7 +178,7 @@ def copy_funnel(
             genome = space.genome(
                 advance_on_wait=aow, persistent=True, ctas_per_sm=ctas[-1], stages=stages
             )
-            persistent_ok[(aow, stages)] = _ts_ok(judge(genome))
+            persistent_ok[(aow, stages)] = _ts_ok(judge(genome, problem))
     ts_valid_schedules: list[tuple[Any, Any, bool, bool, int]] = []
     joint_total = sum(len(alive[("load", a)]) * len(alive[("store", a)]) for a in aows) * len(
         stages_choices
@@ -113,7 +188,7 @@ def copy_funnel(
         for load in alive[("load", aow)]:
             for store in alive[("store", aow)]:
                 for stages in stages_choices:
-                    verdict = judge(space.genome(load, store, advance_on_wait=aow, stages=stages))
+                    verdict = judge(space.genome(load, store, advance_on_wait=aow, stages=stages), problem)
                     done += 1
                     tick("verifying joint schedules", done, joint_total)
                     if _ts_ok(verdict):
@@ -134,14 +209,14 @@ def copy_funnel(
     groups: Counter[tuple[Any, ...]] = Counter()
     for load, store, aow, persistent, stages in ts_valid_schedules:
         probe = space.genome(load, store, advance_on_wait=aow, stages=stages)
-        cfg = config_of(probe, problem)
+        cfg = config.config_of(probe, problem)
         identity = [f for f in copy_checks(cfg) if f.rule == "tsopt.stage_identity"]
         if identity:
             continue
         groups[(load[1], store[1], persistent, stages)] += 1
     # Only the domain rule (head depth < chunk) ties a schedule's placement to O, so the
     # other checks are counted once per (stages, persistence, chunk) and reused.
-    base = config_of(space.genome(), problem)
+    base = config.config_of(space.genome(), problem)
     passing: Counter[tuple[int, bool, int]] = Counter()
     for stages, persistent in itertools.product(stages_choices, (False, True)):
         tick("tsopt checks", 0, 0)
@@ -162,7 +237,7 @@ def copy_funnel(
 
     # 5. Test the assumptions on random genomes verified in full.
     valid_keys = {(s[0], s[1], s[2], s[3], s[4]) for s in ts_valid_schedules}
-    layout_keys = {tuple(g[k] for k in LAYOUT_GENES) for g in layout_ok}
+    layout_keys = {tuple(g[k] for k in config.LAYOUT_GENES) for g in layout_ok}
 
     def draw(rng: random.Random) -> Genome:
         aow = rng.choice(aows)
@@ -175,7 +250,7 @@ def copy_funnel(
         layout = rng.choice(
             layout_ok
             if rng.random() < 0.7 and layout_ok
-            else [dict(zip(LAYOUT_GENES, v, strict=True)) for v in layouts]
+            else [dict(zip(config.LAYOUT_GENES, v, strict=True)) for v in layouts]
         )
         return space.genome(
             load,
@@ -188,32 +263,19 @@ def copy_funnel(
         )
 
     def predicted(genome: Genome) -> bool:
-        cfg = config_of(genome, problem)
-        from tsopt.search_spaces.copy.space import knobs_of_placement
-
-        load = knobs_of_placement(cfg.load_ops)
-        store = knobs_of_placement(cfg.store_ops)
+        cfg = config.config_of(genome, problem)
+        load = config.knobs_of_placement("load", cfg.load_ops)
+        store = config.knobs_of_placement("store", cfg.store_ops)
         key = (load, store, cfg.advance_on_wait, cfg.persistent, cfg.stages)
-        layout = tuple(genome[g] for g in LAYOUT_GENES)
+        layout = tuple(genome[g] for g in config.LAYOUT_GENES)
         return key in valid_keys and layout in layout_keys
 
-    agreement = (
-        check_factorisation(space, problem, draw, predicted, sample, progress=progress)
-        if sample
-        else 0
-    )
-    return Funnel(
-        space.name,
-        problem.key,
+    return FunnelCount(
         raw,
         legal_n,
         ts_valid,
         checked,
-        verifications=judge.calls,
-        verify_seconds=judge.seconds,
-        seconds=time.perf_counter() - start,
-        method="factorised verification (search_spaces/_copy_funnel.py)",
-        rejections=dict(judge.rejections),
-        sample_size=sample,
-        sample_agreement=agreement,
+        method="factorised verification (search_spaces/copy/funnel.py)",
+        draw=draw,
+        predicted=predicted,
     )

@@ -1,258 +1,62 @@
 """The ``copy`` search space: the TS tutorial's TMA copy (kernel 02), opened up.
 
 The kernel itself is :mod:`tsopt.search_spaces.copy.kernel` (standalone; read it
-first, like a TS tutorial). This module is the search space around it: the
-genome <-> kernel configuration mapping, the enumerator and knobs, the
-dataflow check, tsopt's own checks for what TS misses, and the factorised
-funnel (``_copy_funnel.py``).
-
-Placement genes. Each task's loop body is a permutation of its five ops; the
-head holds ``depth`` copies of that body for the first iterations (producer
-prefetch, or consumer work kept in flight), and one sync op of those head
-copies may be *deferred* to the tail (delayed release on the consumer side,
-delayed commit on the producer side). The genome stores the resulting
-explicit placement; :func:`placement_of` renders knob values into it and
-:func:`knobs_of_placement` reads them back.
+first, like a TS tutorial). This module is the search space around it: knobs,
+genomes, the enumerator and the sampler. The rest of the space is in its
+neighbours: the genome -> kernel configuration mapping and the gene tables
+(``config.py``), tsopt's own checks for what TS misses (``checks.py``), the
+factorised funnel and the sampler's screens (``funnel.py``), and the export
+(``export.py``). The screens ship in ``data/copy_screened.json``.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from tsopt.core.genome import Genome, Section
+from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, ProblemError
-from tsopt.core.space import Enumeration, Finding, KernelSpec, Knob, SearchSpace, TensorArg
-from tsopt.search_spaces.copy.kernel import (
-    PRIMARY_OP,
-    CopyConfig,
-    build_task_manager,
-    make_kernel,
+from tsopt.core.space import (
+    Enumeration,
+    Finding,
+    FunnelCount,
+    Judge,
+    KernelSpec,
+    Knob,
+    Progress,
+    SearchSpace,
+    TensorArg,
 )
+from tsopt.search_spaces.common import placement as placement_rules
+from tsopt.search_spaces.common.screen_cache import shipped_screen
+from tsopt.search_spaces.copy import config
+from tsopt.search_spaces.copy.checks import copy_checks
+from tsopt.search_spaces.copy.config import (
+    KNOB_DOCS,
+    LAYOUT_GENES,
+    LOAD_OPS,
+    PLANTED_FAULTS,
+    SPACE,
+    STORE_OPS,
+    TASK_OPS,
+    PlacementKnobs,
+    config_of,
+    layout_name,
+    parse_layout_name,
+    parse_placement_name,
+    placement_name,
+    placement_of,
+)
+from tsopt.search_spaces.copy.export import export_source
+from tsopt.search_spaces.copy.funnel import compute_screens, copy_funnel, screen_key
+from tsopt.search_spaces.copy.kernel import PRIMARY_OP, build_task_manager, make_kernel
 
-SPACE = "copy"
-SM_COUNT = {"sm_90a": 132, "sm_100a": 148}
-SMEM_CAPACITY = 232_448
-REGISTER_FILE = 65_536
-
-# --------------------------------------------------------------------------------------
-# Ops and placements
-# --------------------------------------------------------------------------------------
-
-LOAD_OPS = ("coords", "try_acquire", "acquire", "tma_load", "commit")
-STORE_OPS = ("try_wait", "wait", "read", "release", "store")
-TASK_OPS = {"load": LOAD_OPS, "store": STORE_OPS}
-WORK_OPS = {"load": ("coords", "tma_load"), "store": ("read", "store")}
-SYNC_OPS = {"load": ("try_acquire", "acquire", "commit"), "store": ("try_wait", "wait", "release")}
-# (producer of a token, its consumer): the token must exist before it is used.
-TOKENS = {"load": ("coords", "tma_load"), "store": ("read", "store")}
-
-CANONICAL_BODY = {"load": LOAD_OPS, "store": STORE_OPS}
-HEAD_DEPTHS = (0, 1, 2)
-
-
-def placement_of(body: Sequence[str], depth: int, defer: str) -> tuple[tuple[str, Section], ...]:
-    """Explicit placement: ``depth`` head copies of ``body`` (less ``defer``), the loop body,
-    and one deferred ``defer`` op per head copy in the tail."""
-    head: list[tuple[str, Section]] = []
-    for _ in range(depth):
-        head.extend((op, "head") for op in body if op != defer)
-    loop = [(op, "loop") for op in body]
-    tail = [(defer, "tail")] * depth if defer != "none" and depth else []
-    return tuple(head + loop + tail)
-
-
-def knobs_of_placement(ops: Sequence[tuple[str, str]]) -> tuple[tuple[str, ...], int, str] | None:
-    """(body, depth, defer) if ``ops`` is of the form :func:`placement_of` renders, else None."""
-    body = tuple(op for op, sec in ops if sec == "loop")
-    tail = [op for op, sec in ops if sec == "tail"]
-    defer = tail[0] if tail else "none"
-    if any(op != defer for op in tail):
-        return None
-    for depth in HEAD_DEPTHS:
-        if placement_of(body, depth, defer) == tuple((op, sec) for op, sec in ops):
-            return body, depth, defer
-    return None
-
-
-# --------------------------------------------------------------------------------------
-# From a genome to the kernel's configuration
-# --------------------------------------------------------------------------------------
-
-
-def config_of(genome: Genome, problem: Problem, arch: str = "sm_90a") -> CopyConfig:
-    """The kernel configuration a genome describes for a problem."""
-
-    def num(name: str) -> int:
-        value = genome[name]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"gene {name}={value!r} must be an integer")
-        return value
-
-    return CopyConfig(
-        dtype=problem.dtype,
-        rows=problem["rows"],
-        cols=problem["cols"],
-        load_ops=tuple((p.op, p.section) for p in genome.task("load").ops),
-        store_ops=tuple((p.op, p.section) for p in genome.task("store").ops),
-        advance_on_wait=bool(genome["advance_on_wait"]),
-        persistent=bool(genome["persistent"]),
-        stages=num("stages"),
-        box_rows=num("box_rows"),
-        box_cols=num("box_cols"),
-        store_warps=num("store_warps"),
-        store_warp=num("store_warp"),
-        load_warp=num("load_warp"),
-        load_regs=num("load_regs"),
-        store_regs=num("store_regs"),
-        chunk=num("chunk"),
-        ctas_per_sm=num("ctas_per_sm"),
-        vector=num("vector"),
-        raster=str(genome["raster"]),
-        sm_count=SM_COUNT.get(arch, 132),
-        planted=tuple(
-            (k.removeprefix("planted."), v)
-            for k, v in genome.genes.items()
-            if k.startswith("planted.")
-        ),
-    )
-
-
-# --------------------------------------------------------------------------------------
-# The search space
-# --------------------------------------------------------------------------------------
-
-BODIES = {task: tuple(itertools.permutations(ops)) for task, ops in TASK_OPS.items()}
-DEFERRABLE = {task: ("none", *SYNC_OPS[task]) for task in TASK_OPS}
-
-NUMERIC_CHOICES: dict[str, tuple[int, ...]] = {
-    "stages": (1, 2, 3, 4, 6, 8),
-    "box_rows": (1, 8, 16, 32, 64, 128),
-    "box_cols": (64, 128, 256),
-    "store_warps": (1, 2, 4, 8),
-    "store_warp": (0, 4),
-    "load_warp": (0, 4, 8),
-    "load_regs": (24, 40),
-    "store_regs": (64, 128, 168, 232),
-    "chunk": (1, 2, 4, 8, 16, 32),
-    "ctas_per_sm": (0, 1, 2, 4),
-    "vector": (1, 2, 4, 8),
-}
-STRUCTURE_CHOICES: dict[str, tuple[Any, ...]] = {
-    "advance_on_wait": (False, True),
-    "persistent": (False, True),
-    "raster": ("row", "col"),
-}
-PLANTED_FAULTS = {
-    "skip_validation": "build even if TS rejects the schedule (TS warns instead of raising)",
-    "consumer_threads": "consumer cooperative-group size that does not match the store warps",
-    "smem_read_offset": "store warps read SMEM this many elements past their stage (out of bounds)",
-    "skip_vectors": "each store thread leaves its last N vectors unwritten",
-    "no_proxy_fence": "no fence.proxy.async between the store warps' SMEM reads and the release",
-}
-KNOB_DOCS = {
-    "load.body": "order of the producer's loop body (coords, try_acquire, acquire, tma_load, commit)",
-    "load.depth": "producer prefetch depth: copies of the body placed in the head",
-    "load.defer": "sync op of the head copies deferred to the tail (delayed commit)",
-    "store.body": "order of the consumer's loop body (try_wait, wait, read, release, store)",
-    "store.depth": "consumer in-flight depth: copies of the body placed in the head",
-    "store.defer": "sync op of the head copies deferred to the tail (delayed release)",
-    "advance_on_wait": "consumer pipeline advances its stage on wait, releases from a lagging state",
-    "persistent": "static persistent WorkQueue tile loop instead of one CTA per work tile",
-    "stages": "SMEM pipeline stages",
-    "box_rows": "TMA box rows (one box per iteration)",
-    "box_cols": "TMA box columns (contiguous)",
-    "store_warps": "warps of the store task (consumer group = 32 x this)",
-    "store_warp": "first warp of the store task",
-    "load_warp": "warp of the load task",
-    "load_regs": "register budget of the load warp's group (setmaxnreg)",
-    "store_regs": "register budget of the store warps' groups (setmaxnreg)",
-    "chunk": "boxes per work tile (domain-loop iterations per tile)",
-    "ctas_per_sm": "persistent CTAs per SM (0: not persistent)",
-    "vector": "elements per SMEM read and GMEM store of one thread (8 = 16 bytes at fp16)",
-    "raster": "boxes of a work tile run along rows (row) or down a column strip (col)",
-}
-
-
-def _body_name(body: Sequence[str]) -> str:
-    return ",".join(body)
-
-
-def placement_name(placement: tuple[Sequence[str], int, str]) -> str:
-    """``coords,try_acquire,acquire,tma_load,commit|1|none``: a placement as a knob value."""
-    body, depth, defer = placement
-    return f"{_body_name(body)}|{depth}|{defer}"
-
-
-def parse_placement_name(name: str) -> tuple[tuple[str, ...], int, str]:
-    body, depth, defer = name.split("|")
-    return tuple(body.split(",")), int(depth), defer
-
-
-_SCREENED: dict[str, list[tuple[tuple[str, ...], int, str]]] = {}
-
-
-def _screen_cache_path(what: str) -> Path:
-    """Screening verdicts depend only on this template's source and the DSL version."""
-    import hashlib
-    from importlib.metadata import version
-
-    digest = hashlib.sha256(Path(__file__).read_bytes() + version("nvidia-cutlass-dsl").encode())
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tsopt"
-    return root / f"copy-screen-{what}-{digest.hexdigest()[:16]}.json"
-
-
-def _screen_cache_read(what: str) -> Any:
-    try:
-        return json.loads(_screen_cache_path(what).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _screen_cache_write(what: str, value: Any) -> None:
-    path = _screen_cache_path(what)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(value))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # an unwritable cache only costs a re-screen next time
-
-
-_SCREENED_LAYOUTS: dict[str, list[dict[str, int]]] = {}
-LAYOUT_GENES = ("store_warps", "store_warp", "load_warp", "load_regs", "store_regs")
-
-
-def layout_name(genes: dict[str, int]) -> str:
-    """``4@0,load4,40/168``: store warps @ first store warp, load warp, load/store registers."""
-    return (
-        f"{genes['store_warps']}@{genes['store_warp']},load{genes['load_warp']},"
-        f"{genes['load_regs']}/{genes['store_regs']}"
-    )
-
-
-def parse_layout_name(name: str) -> dict[str, int]:
-    store, load, regs = name.split(",")
-    store_warps, store_warp = store.split("@")
-    load_regs, store_regs = regs.split("/")
-    return {
-        "store_warps": int(store_warps),
-        "store_warp": int(store_warp),
-        "load_warp": int(load.removeprefix("load")),
-        "load_regs": int(load_regs),
-        "store_regs": int(store_regs),
-    }
-
-
-def _ts_key_genes() -> tuple[str, ...]:
-    """Numeric genes the TS checks see (the rest only matter to tsopt's checks and speed)."""
-    return ("stages", "store_warps", "store_warp", "load_warp", "load_regs", "store_regs")
+SCREEN_FILE = Path(__file__).with_name("data") / "copy_screened.json"
+NO_SCREEN: dict[str, Any] = {"load": [], "store": [], "layouts": []}
+"""What a nested call sees while the screen is being computed (see ``shipped_screen``)."""
 
 
 class CopySpace(SearchSpace):
@@ -262,6 +66,7 @@ class CopySpace(SearchSpace):
     op = "copy"
     description = "TS TMA copy GMEM -> SMEM -> GMEM (the TS tutorial's kernel 02), fp16/bf16 2-D"
     archs = ("sm_90a", "sm_100a")
+    screen_file: ClassVar[Path] = SCREEN_FILE
 
     # -- problems and knobs ----------------------------------------------------------
     def check_problem(self, problem: Problem) -> None:
@@ -283,19 +88,19 @@ class CopySpace(SearchSpace):
                 Knob(
                     f"{task}.body",
                     "structural",
-                    tuple(_body_name(b) for b in BODIES[task]),
+                    tuple(",".join(b) for b in config.BODIES[task]),
                     KNOB_DOCS[f"{task}.body"],
                 )
             )
             knobs.append(
-                Knob(f"{task}.depth", "structural", HEAD_DEPTHS, KNOB_DOCS[f"{task}.depth"])
+                Knob(f"{task}.depth", "structural", config.HEAD_DEPTHS, KNOB_DOCS[f"{task}.depth"])
             )
             knobs.append(
-                Knob(f"{task}.defer", "structural", DEFERRABLE[task], KNOB_DOCS[f"{task}.defer"])
+                Knob(f"{task}.defer", "structural", config.DEFERRABLE[task], KNOB_DOCS[f"{task}.defer"])
             )
-        for name, choices in STRUCTURE_CHOICES.items():
+        for name, choices in config.STRUCTURE_CHOICES.items():
             knobs.append(Knob(name, "structural", choices, KNOB_DOCS[name]))
-        for name, nchoices in NUMERIC_CHOICES.items():
+        for name, nchoices in config.NUMERIC_CHOICES.items():
             if problem is not None and name in ("box_rows", "box_cols"):
                 size = problem["rows" if name == "box_rows" else "cols"]
                 nchoices = tuple(c for c in nchoices if size % c == 0)
@@ -339,55 +144,24 @@ class CopySpace(SearchSpace):
             knobs.append(knob)
         return tuple(knobs)
 
+    # -- the sampler's screens -------------------------------------------------------
+    def screens(self) -> dict[str, Any]:
+        """The shipped screens (``load``, ``store``, ``layouts``), digest-checked; a stale
+        file is recomputed with the injected :attr:`judge` (see ``common/screen_cache.py``)."""
+        judge = self.judge
+        compute = None if judge is None else (lambda: compute_screens(self, judge))
+        return shipped_screen(self.screen_file, screen_key(self), compute, while_computing=NO_SCREEN)
+
     def screened_layouts(self) -> list[dict[str, int]]:
         """Warp/register layouts that pass TS and tsopt's checks with the canonical schedule."""
-        if "layout" not in _SCREENED_LAYOUTS:
-            cached = _screen_cache_read("layouts")
-            if cached is not None:
-                _SCREENED_LAYOUTS["layout"] = cached
-                return cached
-            from tsopt.verify.verifier import run_ts_checks
+        return [dict(genes) for genes in self.screens()["layouts"]]
 
-            problem = Problem.of("copy", "fp16", rows=4096, cols=4096)
-            keep = []
-            for values in itertools.product(*(NUMERIC_CHOICES[g] for g in LAYOUT_GENES)):
-                genes = dict(zip(LAYOUT_GENES, values, strict=True))
-                genome = self.genome(**genes)
-                # Only the layout's own rules: box-dependent ones (registers per box,
-                # vectors per thread) are judged per candidate by the verifier.
-                if run_ts_checks(self, genome, problem, self.verify_domain(genome)).valid and not [
-                    f
-                    for f in copy_checks(config_of(genome, problem))
-                    if f.rule in ("tsopt.warp_overlap", "tsopt.launch_shape")
-                ]:
-                    keep.append(genes)
-            _SCREENED_LAYOUTS["layout"] = keep
-            _screen_cache_write("layouts", keep)
-        return _SCREENED_LAYOUTS["layout"]
-
-    def screened_placements(self, task: str) -> list[tuple[tuple[str, ...], int, str]]:
+    def screened_placements(self, task: str) -> list[PlacementKnobs]:
         """Dataflow-legal placements of ``task`` that pass TS and tsopt's checks next to the
-        canonical partner for some advance_on_wait setting (the verifier decides; cached)."""
-        if task not in _SCREENED:
-            cached = _screen_cache_read(f"placements-{task}")
-            if cached is not None:
-                _SCREENED[task] = [(tuple(b), int(d), str(x)) for b, d, x in cached]
-                return _SCREENED[task]
-            from tsopt.verify.verifier import VerdictCache, verify_genome
+        canonical partner for some advance_on_wait setting (the verifier decides)."""
+        return [(tuple(b), int(d), str(x)) for b, d, x in self.screens()[task]]
 
-            problem = Problem.of("copy", "fp16", rows=4096, cols=4096)
-            cache = VerdictCache()
-            keep = []
-            for placement in self.legal_placements(task):
-                for aow in STRUCTURE_CHOICES["advance_on_wait"]:
-                    genome = self.genome(**{task: placement}, advance_on_wait=aow)
-                    if verify_genome(genome, problem, space=self, cache=cache).valid:
-                        keep.append(placement)
-                        break
-            _SCREENED[task] = keep
-            _screen_cache_write(f"placements-{task}", keep)
-        return _SCREENED[task]
-
+    # -- genomes ---------------------------------------------------------------------
     def genome(
         self,
         load: tuple[Sequence[str], int, str] = (LOAD_OPS, 0, "none"),
@@ -395,20 +169,8 @@ class CopySpace(SearchSpace):
         **genes: Any,
     ) -> Genome:
         """A genome from knob values: ``load``/``store`` are (body, depth, defer)."""
-        structure = {"advance_on_wait": False, "persistent": False, "raster": "row"}
-        numeric = {
-            "stages": 4,
-            "box_rows": 32,
-            "box_cols": 128,
-            "store_warps": 4,
-            "store_warp": 0,
-            "load_warp": 4,
-            "load_regs": 40,
-            "store_regs": 168,
-            "chunk": 8,
-            "ctas_per_sm": 0,
-            "vector": 8,
-        }
+        structure = dict(config.DEFAULT_STRUCTURE)
+        numeric = dict(config.DEFAULT_NUMERIC)
         for name, value in genes.items():
             if name in structure:
                 structure[name] = value
@@ -444,14 +206,22 @@ class CopySpace(SearchSpace):
         )
 
     # -- search ----------------------------------------------------------------------
-    def _placements(self, task: str) -> Iterator[tuple[tuple[str, ...], int, str]]:
-        for body in BODIES[task]:
-            for depth in HEAD_DEPTHS:
-                for defer in DEFERRABLE[task] if depth else ("none",):
-                    yield body, depth, defer
+    def _placements(self, task: str) -> Iterator[PlacementKnobs]:
+        return placement_rules.placement_keys(
+            config.TASKS[task], config.HEAD_DEPTHS, config.BODIES[task]
+        )
 
     def placement_count(self, task: str) -> int:
-        return len(BODIES[task]) * (1 + (len(HEAD_DEPTHS) - 1) * len(DEFERRABLE[task]))
+        return placement_rules.placement_key_count(
+            config.TASKS[task], config.HEAD_DEPTHS, config.BODIES[task]
+        )
+
+    def legal_placements(self, task: str) -> list[PlacementKnobs]:
+        return [
+            p
+            for p in self._placements(task)
+            if config.placement_dataflow_error(task, placement_of(*p)) is None
+        ]
 
     def numeric_combinations(self, problem: Problem) -> Iterator[dict[str, Any]]:
         """Every consistent assignment of the structural flags and numeric genes.
@@ -461,7 +231,7 @@ class CopySpace(SearchSpace):
         """
         knobs = [k for k in self.raw_knobs(problem) if k.kind == "numeric"]
         names = [k.name for k in knobs]
-        flags = STRUCTURE_CHOICES["advance_on_wait"], STRUCTURE_CHOICES["raster"]
+        flags = config.STRUCTURE_CHOICES["advance_on_wait"], config.STRUCTURE_CHOICES["raster"]
         for aow, raster in itertools.product(*flags):
             for values in itertools.product(*(k.choices for k in knobs)):
                 genes = dict(zip(names, values, strict=True))
@@ -473,7 +243,9 @@ class CopySpace(SearchSpace):
     def numeric_count(self, problem: Problem) -> int:
         """Consistent flag x numeric assignments (``persistent`` follows ``ctas_per_sm``)."""
         knobs = {k.name: len(k.choices) for k in self.raw_knobs(problem) if k.kind == "numeric"}
-        flags = len(STRUCTURE_CHOICES["advance_on_wait"]) * len(STRUCTURE_CHOICES["raster"])
+        flags = len(config.STRUCTURE_CHOICES["advance_on_wait"]) * len(
+            config.STRUCTURE_CHOICES["raster"]
+        )
         return flags * math.prod(knobs.values())
 
     def enumerate(self, problem: Problem) -> Enumeration:
@@ -504,18 +276,11 @@ class CopySpace(SearchSpace):
         enumeration.genomes = genomes()
         return enumeration
 
-    def funnel(self, problem: Problem, **kwargs: Any) -> Any:
-        """The funnel by factorised verification (see ``search_spaces/_copy_funnel.py``)."""
-        from tsopt.search_spaces.copy.funnel import copy_funnel
-
-        return copy_funnel(self, problem, **kwargs)
-
-    def legal_placements(self, task: str) -> list[tuple[tuple[str, ...], int, str]]:
-        return [
-            p
-            for p in self._placements(task)
-            if _placement_dataflow_error(task, placement_of(*p)) is None
-        ]
+    def funnel(
+        self, problem: Problem, judge: Judge, progress: Progress | None = None
+    ) -> FunnelCount:
+        """The funnel by factorised verification (see ``funnel.py``)."""
+        return copy_funnel(self, problem, judge, progress)
 
     def suggest(self, trial: Any, problem: Problem) -> Genome:
         genes: dict[str, Any] = {}
@@ -538,7 +303,9 @@ class CopySpace(SearchSpace):
     def params_of(self, genome: Genome) -> dict[str, Any]:
         params: dict[str, Any] = {}
         for task in ("load", "store"):
-            placement = knobs_of_placement([(p.op, p.section) for p in genome.task(task).ops])
+            placement = config.knobs_of_placement(
+                task, [(p.op, p.section) for p in genome.task(task).ops]
+            )
             if placement is None:
                 raise ValueError(
                     f"{task} placement of {genome.short_hash} is not a sampler placement"
@@ -559,15 +326,16 @@ class CopySpace(SearchSpace):
         tasks = {t.task for t in genome.schedule}
         if tasks != set(TASK_OPS):
             return f"copy genomes schedule tasks {sorted(TASK_OPS)}, got {sorted(tasks)}"
-        missing = [g for g in (*NUMERIC_CHOICES, *STRUCTURE_CHOICES) if g not in genome.genes]
+        genes = (*config.NUMERIC_CHOICES, *config.STRUCTURE_CHOICES)
+        missing = [g for g in genes if g not in genome.genes]
         if missing:
             return f"genome lacks gene(s) {missing}"
-        known = {*NUMERIC_CHOICES, *STRUCTURE_CHOICES, *(f"planted.{p}" for p in PLANTED_FAULTS)}
+        known = {*genes, *(f"planted.{p}" for p in PLANTED_FAULTS)}
         unknown = sorted(set(genome.genes) - known)
         if unknown:
             return f"unknown gene(s) {unknown} for space {SPACE!r}"
         for task in ("load", "store"):
-            error = _placement_dataflow_error(
+            error = config.placement_dataflow_error(
                 task, tuple((p.op, p.section) for p in genome.task(task).ops)
             )
             if error:
@@ -580,7 +348,7 @@ class CopySpace(SearchSpace):
 
     def verify_domain(self, genome: Genome) -> int:
         stages = genome["stages"]
-        depth = max(_head_depth(genome, t) for t in TASK_OPS)
+        depth = max(placement_rules.head_depth(genome.task(t).ops, PRIMARY_OP[t]) for t in TASK_OPS)
         assert isinstance(stages, int)
         return max(4, stages + 2, depth + 2)
 
@@ -591,7 +359,7 @@ class CopySpace(SearchSpace):
         cfg = config_of(genome, problem)
         # tsopt's checks also read box shape, chunk and grid; they are cheap and run
         # every time, so only the TS-relevant genes key the cached TS verdict.
-        ts = {name: genome[name] for name in _ts_key_genes()}
+        ts = {name: genome[name] for name in config.TS_KEY_GENES}
         return repr(
             (
                 cfg.load_ops,
@@ -608,8 +376,8 @@ class CopySpace(SearchSpace):
         return ("tsopt.search_spaces.copy.kernel",)
 
     def source_digest(self) -> str:
-        """The kernel module plus the genome -> configuration mapping: the rest of this
-        module (knobs, checks, enumeration) never reaches a kernel."""
+        """The kernel module plus the genome -> configuration mapping: the rest of the
+        space (knobs, checks, enumeration) never reaches a kernel."""
         import hashlib
         import inspect
 
@@ -618,8 +386,6 @@ class CopySpace(SearchSpace):
         return digest.hexdigest()[:16]
 
     def export_source(self, genome: Genome, problem: Problem, arch: str, header: str) -> str:
-        from tsopt.search_spaces.copy.export import export_source
-
         return export_source(genome, problem, arch, header)
 
     def kernel_spec(self, genome: Genome, problem: Problem, arch: str) -> KernelSpec:
@@ -645,148 +411,3 @@ class CopySpace(SearchSpace):
                 "smem_bytes": cfg.smem_bytes,
             },
         )
-
-
-def _head_depth(genome: Genome, task: str) -> int:
-    return sum(1 for p in genome.task(task).ops if p.section == "head" and p.op == PRIMARY_OP[task])
-
-
-def _placement_dataflow_error(task: str, ops: Sequence[tuple[str, str]]) -> str | None:
-    """Why a placement cannot compute a copy, before any pipeline rule is judged.
-
-    The pipeline protocol (brackets, pairing, deadlock) is the TS verifier's
-    job; this only checks the data: each op is known; the loop holds each op of
-    the task exactly once; the head holds whole iterations of the work ops and
-    the tail none; and every token (coords -> tma_load, read -> store) is
-    produced earlier in the same section and iteration.
-    """
-    known = TASK_OPS[task]
-    for op, _ in ops:
-        if op not in known:
-            return f"unknown op {op!r} (known: {', '.join(known)})"
-    loop = [op for op, sec in ops if sec == "loop"]
-    for op in WORK_OPS[task]:
-        if loop.count(op) != 1:
-            return f"the loop body must hold {op} exactly once per iteration, holds it {loop.count(op)}x"
-    head = [op for op, sec in ops if sec == "head"]
-    counts = {op: head.count(op) for op in WORK_OPS[task]}
-    if len(set(counts.values())) != 1:
-        return f"head holds partial iterations of the work ops: {counts}"
-    if any(op in WORK_OPS[task] for op, sec in ops if sec == "tail"):
-        return "work ops in the tail: the loop already covers every remaining iteration"
-    producer, consumer = TOKENS[task]
-    for section in ("head", "loop"):
-        available = 0
-        for op, sec in ops:
-            if sec != section:
-                continue
-            if op == producer:
-                available += 1
-            elif op == consumer:
-                if available == 0:
-                    return f"{consumer} uses its input before {producer} produces it ({section})"
-                available -= 1
-    return None
-
-
-def copy_checks(cfg: CopyConfig) -> list[Finding]:
-    """What TS does not check for this template, each a stable rule name."""
-    findings: list[Finding] = []
-    store = range(cfg.store_warp, cfg.store_warp + cfg.store_warps)
-    if cfg.load_warp in store:
-        findings.append(
-            Finding(
-                "tsopt.warp_overlap",
-                f"LoadTask warp {cfg.load_warp} lies inside StoreTask warps "
-                f"{cfg.store_warp}..{cfg.store_warp + cfg.store_warps - 1}",
-            )
-        )
-    if cfg.store_warps > 1 and cfg.store_warp % 4 + cfg.store_warps > 4 and cfg.store_warp % 4:
-        findings.append(
-            Finding(
-                "tsopt.launch_shape",
-                f"StoreTask warps {cfg.store_warp}.. straddle a warpgroup boundary",
-            )
-        )
-    if 32 * cfg.block_warps > 1024:
-        findings.append(
-            Finding("tsopt.launch_shape", f"block of {32 * cfg.block_warps} threads > 1024")
-        )
-    # Stage identity: a deferred release/commit frees the *oldest* held stage only
-    # when the pipeline keeps a separate lagging state for it.
-    store_tail = [op for op, sec in cfg.store_ops if sec == "tail"]
-    if "release" in store_tail and not cfg.advance_on_wait:
-        findings.append(
-            Finding(
-                "tsopt.stage_identity",
-                "delayed release without advance_on_wait: release would free the stage just waited on, "
-                "not the oldest one still held",
-            )
-        )
-    if "commit" in [op for op, sec in cfg.load_ops if sec == "tail"]:
-        findings.append(
-            Finding(
-                "tsopt.stage_identity",
-                "delayed commit needs advance_on_acquire, which TMA->async pipelines do not offer: "
-                "commit would signal the wrong stage",
-            )
-        )
-    if cfg.smem_bytes > SMEM_CAPACITY:
-        findings.append(
-            Finding(
-                "tsopt.smem",
-                f"{cfg.stages} stages x {cfg.box_rows}x{cfg.box_cols} boxes need {cfg.smem_bytes} B SMEM "
-                f"> {SMEM_CAPACITY} B",
-            )
-        )
-    elems = cfg.box_rows * cfg.box_cols
-    if elems % (cfg.vec * cfg.store_threads):
-        findings.append(
-            Finding(
-                "tsopt.launch_shape",
-                f"a {cfg.box_rows}x{cfg.box_cols} box is not a whole number of 16-byte vectors for "
-                f"{cfg.store_threads} store threads",
-            )
-        )
-    # Fragment registers: 2 bytes per element, 4 per register, plus ~32 for addressing.
-    need = cfg.vectors_per_thread * cfg.vec * cfg.elem_bytes // 4 + 32
-    if need > cfg.store_regs:
-        findings.append(
-            Finding(
-                "tsopt.registers",
-                f"each store thread holds {cfg.vectors_per_thread * cfg.vec} elements (~{need} registers) "
-                f"> budget {cfg.store_regs}: it would spill",
-            )
-        )
-    if cfg.rows % cfg.box_rows or cfg.cols % cfg.box_cols:
-        findings.append(
-            Finding(
-                "tsopt.tile_divisibility",
-                f"{cfg.rows}x{cfg.cols} is not a whole number of {cfg.box_rows}x{cfg.box_cols} boxes",
-            )
-        )
-    elif cfg.tiles % cfg.chunk:
-        findings.append(
-            Finding(
-                "tsopt.tile_divisibility",
-                f"{cfg.tiles} boxes do not split into chunks of {cfg.chunk}",
-            )
-        )
-    if cfg.persistent != (cfg.ctas_per_sm > 0):
-        findings.append(
-            Finding(
-                "tsopt.launch_shape",
-                f"persistent={cfg.persistent} with ctas_per_sm={cfg.ctas_per_sm}: a persistent grid needs "
-                "ctas_per_sm > 0, a non-persistent one 0",
-            )
-        )
-    for head_task in ("load", "store"):
-        if cfg.head_depth(head_task) >= cfg.chunk:
-            findings.append(
-                Finding(
-                    "tsopt.domain",
-                    f"{head_task} head holds {cfg.head_depth(head_task)} iterations but a work tile has "
-                    f"only {cfg.chunk}",
-                )
-            )
-    return findings

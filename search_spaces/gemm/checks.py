@@ -35,60 +35,8 @@ written). Everything else here is resource feasibility TS does not judge.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from tsopt.core.space import Finding
-from tsopt.search_spaces.gemm.config import (
-    SMEM_CAPACITY,
-    TASK_OPS,
-    TOKENS,
-    WORK_OPS,
-    GemmConfig,
-)
-
-
-def _known(task: str, op: str) -> bool:
-    if task == "mma" and op.startswith("wgmma_wait"):
-        return op.removeprefix("wgmma_wait").isdigit()
-    return op in TASK_OPS[task]
-
-
-def placement_dataflow_error(task: str, ops: Sequence[tuple[str, str]]) -> str | None:
-    """Why a placement cannot compute the GEMM, before any pipeline rule is judged.
-
-    Only the data is checked: each op is known; the loop holds each work op
-    exactly once; the head holds whole iterations of the work ops and the tail
-    none; every token (coords -> tma_load, read_stage -> wgmma) is produced
-    earlier in the same section and iteration. The pipeline protocol is TS's
-    to judge, the asynchronous wgmma tsopt's (:func:`async_consumer_findings`).
-    """
-    for op, _ in ops:
-        if not _known(task, op):
-            return f"unknown op {op!r} (known: {', '.join(TASK_OPS[task])})"
-    loop = [op for op, sec in ops if sec == "loop"]
-    for op in WORK_OPS[task]:
-        if loop.count(op) != 1:
-            return (f"the loop body must hold {op} exactly once per iteration, "
-                    f"holds it {loop.count(op)}x")
-    head = [op for op, sec in ops if sec == "head"]
-    counts = {op: head.count(op) for op in WORK_OPS[task]}
-    if len(set(counts.values())) != 1:
-        return f"head holds partial iterations of the work ops: {counts}"
-    if any(op in WORK_OPS[task] for op, sec in ops if sec == "tail"):
-        return "work ops in the tail: the loop already covers every remaining iteration"
-    producer, consumer = TOKENS[task]
-    for section in ("head", "loop"):
-        available = 0
-        for op, sec in ops:
-            if sec != section:
-                continue
-            if op == producer:
-                available += 1
-            elif op == consumer:
-                if available == 0:
-                    return f"{consumer} uses its input before {producer} produces it ({section})"
-                available -= 1
-    return None
+from tsopt.search_spaces.gemm.config import SMEM_CAPACITY, GemmConfig
 
 
 def consumer_trace(cfg: GemmConfig, k_tiles: int) -> list[str]:

@@ -19,11 +19,13 @@ knobs render (:func:`load_placement`, :func:`mma_placement`).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
+from typing import Any
 
 from tsopt.core.dsl_env import ensure_arch
 from tsopt.core.genome import Genome
+from tsopt.search_spaces.common import placement
+from tsopt.search_spaces.common.placement import TaskOps
 
 ensure_arch()  # the kernel module imports the DSL, which reads its target arch once
 
@@ -54,21 +56,31 @@ SYNC_OPS = {"load": ("try_acquire", "acquire", "commit"), "mma": ("try_wait", "w
 WORK_OPS = {"load": ("coords", "tma_load"), "mma": ("read_stage", "wgmma")}
 TOKENS = {"load": ("coords", "tma_load"), "mma": ("read_stage", "wgmma")}
 """(producer of a token, its consumer) per task: the token must exist before its use."""
+TASKS = {
+    "load": TaskOps("load", LOAD_OPS, WORK_OPS["load"], SYNC_OPS["load"], (TOKENS["load"],)),
+    # wgmma_wait is placed as wgmma_wait<N>: warpgroup.wait_group(N).
+    "mma": TaskOps("mma", MMA_OPS, WORK_OPS["mma"], SYNC_OPS["mma"], (TOKENS["mma"],),
+                   suffixed=("wgmma_wait",)),
+}
 
 HEAD_DEPTHS = (0, 1, 2)
 PENDING = (0, 1, 2)
 DRAINS = ("tail", "none")
-BODIES = {task: tuple(itertools.permutations(ops)) for task, ops in TASK_OPS.items()}
+BODIES = {task: ops.bodies for task, ops in TASKS.items()}
 DEFERRABLE = {task: ("none", *SYNC_OPS[task]) for task in TASK_OPS}
 CANONICAL_BODY = {"load": LOAD_OPS, "mma": MMA_OPS}
+
+LoadKey = tuple[tuple[str, ...], int, str]
+"""(body, depth, defer): the producer's placement knobs."""
+MmaKey = tuple[tuple[str, ...], int, str, int, str]
+"""(body, depth, defer, pending, drain): a consumer warpgroup's placement knobs."""
+KEY_FIELDS = {"load": (int, str), "mma": (int, str, int, str)}
+"""How the parts of a placement name after the body are read, per task."""
 
 
 def load_placement(body: Sequence[str], depth: int, defer: str) -> Placement:
     """``depth`` head copies of ``body`` (less ``defer``), the loop body, the deferred ops."""
-    head = [(op, "head") for _ in range(depth) for op in body if op != defer]
-    loop = [(op, "loop") for op in body]
-    tail = [(defer, "tail")] * depth if defer != "none" and depth else []
-    return tuple(head + loop + tail)  # type: ignore[arg-type]
+    return placement.render_placement(body, depth, defer)  # type: ignore[return-value]
 
 
 def mma_placement(
@@ -77,11 +89,37 @@ def mma_placement(
     """As :func:`load_placement`, with ``wgmma_wait`` rendered as ``wgmma_wait<pending>`` and,
     with ``drain == "tail"``, a ``wgmma_wait0`` opening the tail."""
     rendered = [f"wgmma_wait{pending}" if op == "wgmma_wait" else op for op in body]
-    head = [(op, "head") for _ in range(depth) for op in rendered if op != defer]
-    loop = [(op, "loop") for op in rendered]
-    tail = [("wgmma_wait0", "tail")] if drain == "tail" else []
-    tail += [(defer, "tail")] * depth if defer != "none" and depth else []
-    return tuple(head + loop + tail)  # type: ignore[arg-type]
+    drain_ops = ("wgmma_wait0",) if drain == "tail" else ()
+    return placement.render_placement(rendered, depth, defer, drain_ops)  # type: ignore[return-value]
+
+
+def load_key(ops: Sequence[tuple[str, str]]) -> LoadKey | None:
+    """The knobs :func:`load_placement` renders ``ops`` from, or None."""
+    key = placement.key_of_placement(ops, TASKS["load"], HEAD_DEPTHS, load_placement)
+    return None if key is None else (key[0], key[1], key[2])
+
+
+def mma_key(ops: Sequence[tuple[str, str]]) -> MmaKey | None:
+    """The knobs :func:`mma_placement` renders ``ops`` from, or None."""
+    key = placement.key_of_placement(ops, TASKS["mma"], HEAD_DEPTHS, mma_placement,
+                                     (PENDING, DRAINS))
+    return None if key is None else (key[0], key[1], key[2], key[3], key[4])
+
+
+def placement_name(key: tuple[Any, ...]) -> str:
+    """``body|depth|defer[|pending|drain]``: a placement as a sampler knob value."""
+    return placement.placement_name(key)
+
+
+def parse_placement_name(task: str, name: str) -> tuple[Any, ...]:
+    return placement.parse_placement_name(name, KEY_FIELDS[task])
+
+
+def placement_dataflow_error(task: str, ops: Sequence[tuple[str, str]]) -> str | None:
+    """Why a placement cannot compute the GEMM, before any pipeline rule is judged
+    (:func:`tsopt.search_spaces.common.placement.dataflow_error`). The pipeline protocol is
+    TS's to judge, the asynchronous wgmma tsopt's (``checks.async_consumer_findings``)."""
+    return placement.dataflow_error(TASKS[task], ops)
 
 
 # --------------------------------------------------------------------------------------
@@ -153,12 +191,26 @@ def gene(genome: Genome, name: str) -> object:
     return genome[name]
 
 
+TS_KEY_GENES = ("advance_on_wait", "persistent", "producer_wg", "cluster", "tile_m", "tile_n",
+                "tile_k", "stages", "consumers", "arrangement", "load_warp", "producer_regs",
+                "consumer_regs", "epilogue")
+"""Genes that reach the TS skeleton (pipeline, warps, registers, SMEM sizes)."""
+
+SEED_GENES: dict[str, Any] = {
+    "advance_on_wait": True, "persistent": False, "producer_wg": "first", "cluster": "1x1",
+    "raster": "m", "epilogue": "direct", "arrangement": "cooperative",
+    "tile_m": 128, "tile_n": 256, "tile_k": 64, "stages": 4, "consumers": 2, "load_warp": 0,
+    "producer_regs": 40, "consumer_regs": 232, "swizzle": 1,
+}
+SEED_PLACEMENT: dict[str, Any] = {
+    "load.body": ",".join(CANONICAL_BODY["load"]), "load.depth": 0, "load.defer": "none",
+    "mma.body": ",".join(CANONICAL_BODY["mma"]), "mma.depth": 1, "mma.defer": "release",
+    "mma.pending": 1, "mma.drain": "tail",
+}
+"""The hand-written seed (a genome's knobs when not given): see ``HopperGemmSpace.seed_genome``."""
+
 PLACEMENT_KNOBS = ("load.body", "load.depth", "load.defer",
                    "mma.body", "mma.depth", "mma.defer", "mma.pending", "mma.drain")
-
-
-def body_name(body: Sequence[str]) -> str:
-    return ",".join(body)
 
 
 def parse_cluster(text: str) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """Render one GEMM candidate as a standalone ``kernel.py``.
 
-The exported file is the kernel module (``hopper_gemm_kernel.py``) verbatim,
+The exported file is the kernel module (``kernel.py``) verbatim,
 followed by the candidate: its configuration as literals and its two
 schedule bodies (the load task's and each consumer warpgroup's) written out
 op by op (no genome, no lookup at run time), and a ``main`` that checks the
@@ -15,6 +15,7 @@ from typing import Any
 
 from tsopt.search_spaces.common import export_source as _export_source
 from tsopt.search_spaces.gemm import kernel as hopper_gemm_kernel
+from tsopt.search_spaces.gemm.config import config_of
 from tsopt.search_spaces.gemm.kernel import PIPELINE_OPS, PRIMARY_OP, GemmConfig
 
 _RESOURCES = {"load": ("coords", "smem"), "mma": ("smem", "acc")}
@@ -115,6 +116,4 @@ def render_kernel_source(cfg: GemmConfig, header: str, arch: str) -> str:
 
 
 def export_source(genome: Any, problem: Any, arch: str, header: str) -> str:
-    from tsopt.search_spaces.gemm.config import config_of
-
     return render_kernel_source(config_of(genome, problem.sizes, problem.dtype), header, arch)

@@ -28,39 +28,54 @@ The TS verifier judges every factor for real:
 
 Assumptions (TS(S, L) = TS(S, L0) and TS(S0, L); a placement rejected by a
 per-task rule next to the canonical partner is rejected next to every
-partner; the persistence rule) are tested by :func:`tsopt.verify.funnel.check_factorisation`
-on random genomes verified in full, and the agreement is recorded in the funnel.
+partner; the persistence rule) are tested on random genomes verified in full (the count's
+``draw`` and ``predicted``, run by ``tsopt.verify.funnel.check_factorisation``), and the
+agreement is recorded in the funnel.
 tsopt's checks are then counted over the TS-valid S x L x O: the asynchronous-
 consumer replay once per schedule, the resource checks once per (L, O) group.
+
+Every verdict comes from the ``judge`` the caller injects. The sampler's screen
+(:func:`screen_placements`) is step 1 kept: the placements that the verifier accepts
+next to the canonical partner, shipped in ``data/gemm_screened.json``.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-import time
 from typing import Any
 
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
-from tsopt.search_spaces.gemm import layout as S
+from tsopt.core.records import Verdict
+from tsopt.core.space import FunnelCount, Judge, Progress
+from tsopt.search_spaces.common import screen_cache
+from tsopt.search_spaces.common.placement import PLACEMENT_RULES
+from tsopt.search_spaces.common.screen_cache import ScreenKey, sources_digest
+from tsopt.search_spaces.gemm import checks
 from tsopt.search_spaces.gemm.checks import async_consumer_findings, gemm_checks
 from tsopt.search_spaces.gemm.config import (
-    BODIES,
     CANONICAL_BODY,
     DEFERRABLE,
     DRAINS,
     HEAD_DEPTHS,
     NUMERIC_CHOICES,
     PENDING,
+    SEED_GENES,
+    SEED_PLACEMENT,
     SMEM_CAPACITY,
+    SPACE,
     STRUCTURE_CHOICES,
+    TASK_OPS,
     GemmConfig,
+    LoadKey,
+    MmaKey,
+    load_key,
     load_placement,
+    mma_key,
     mma_placement,
     parse_cluster,
 )
-from tsopt.verify.funnel import Funnel, Judge, Progress, check_factorisation
 
 JOINT_RULES = ("ts.deadlock", "ts.race")
 LAYOUT_GENES = ("consumers", "arrangement", "producer_wg", "load_warp", "producer_regs",
@@ -70,8 +85,8 @@ L0 = {"consumers": 1, "tile_n": 128}
 LAYOUT_SCREEN_O = {"tile_n": 128, "stages": 3}
 """Tiles and stages of the layout screen: small enough that every arrangement's SMEM fits, so
 the screen sees the layout's own rules (TS sees O and stages only through the SMEM size)."""
-CANONICAL_LOAD: S.LoadKey = (CANONICAL_BODY["load"], 0, "none")
-CANONICAL_MMA: dict[bool, S.MmaKey] = {
+CANONICAL_LOAD: LoadKey = (CANONICAL_BODY["load"], 0, "none")
+CANONICAL_MMA: dict[bool, MmaKey] = {
     # With advance_on_wait one batch stays in flight; without it the consumer can hold only
     # one stage, so its canonical schedule retires every batch before the release.
     True: (CANONICAL_BODY["mma"], 1, "release", 1, "tail"),
@@ -79,7 +94,11 @@ CANONICAL_MMA: dict[bool, S.MmaKey] = {
 }
 
 
-def _ts_ok(verdict: Any) -> bool:
+SCREEN_PROBLEM = Problem.of("gemm", "bf16", m=8192, n=8192, k=8192)
+"""The problem the sampler's screen is judged for."""
+
+
+def _ts_ok(verdict: Verdict) -> bool:
     return bool(verdict.valid or verdict.stage == "tsopt")
 
 
@@ -118,9 +137,9 @@ def _smem_fits(stages: int, other: dict[str, Any], dtype: str, smem_class: tuple
 
 
 def _config(genes: dict[str, Any], dtype: str, mnk: tuple[int, int, int],
-            load: S.LoadKey = CANONICAL_LOAD, mma: S.MmaKey | None = None) -> GemmConfig:
+            load: LoadKey = CANONICAL_LOAD, mma: MmaKey | None = None) -> GemmConfig:
     """A GemmConfig straight from gene values (no genome: the funnel builds millions)."""
-    values = {**S.SEED_GENES, **genes}
+    values = {**SEED_GENES, **genes}
     mma = mma if mma is not None else CANONICAL_MMA[bool(values["advance_on_wait"])]
     cm, cn = parse_cluster(str(values["cluster"]))
     return GemmConfig(
@@ -136,14 +155,13 @@ def _config(genes: dict[str, Any], dtype: str, mnk: tuple[int, int, int],
     )
 
 
-def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progress | None,
-                sample: int = 200) -> Funnel:
-    start = time.perf_counter()
+def gemm_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress | None) -> FunnelCount:
+    """The GEMM space's funnel for ``problem`` (see the module doc), judged by ``judge``."""
     space.check(problem)
     mnk = (problem["m"], problem["n"], problem["k"])
     aows = _choices("advance_on_wait")
     stages_choices = _choices("stages")
-    legal = {"load": S.legal_load_keys(), "mma": S.legal_mma_keys()}
+    legal = {"load": space.legal_placements("load"), "mma": space.legal_placements("mma")}
 
     def tick(what: str, done: int, total: int) -> None:
         if progress:
@@ -159,7 +177,7 @@ def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
             for key in legal[task]:
                 genome = space.genome(**{task: key}, **_partner(task, aow),
                                       advance_on_wait=aow, **L0)
-                verdict = judge(genome)
+                verdict = judge(genome, problem)
                 done += 1
                 tick("screening placements", done, total)
                 if _ts_ok(verdict) or verdict.rule in JOINT_RULES:
@@ -171,7 +189,7 @@ def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
                for v in itertools.product(*(_choices(g) for g in LAYOUT_GENES))]
     layout_ok = []
     for i, genes in enumerate(layouts):
-        if _ts_ok(judge(space.genome(**genes, **LAYOUT_SCREEN_O))):
+        if _ts_ok(judge(space.genome(**genes, **LAYOUT_SCREEN_O), problem)):
             layout_ok.append(genes)
         tick("screening layouts", i + 1, len(layouts))
 
@@ -181,7 +199,7 @@ def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
         for stages in stages_choices:
             genome = space.genome(advance_on_wait=aow, persistent=True, stages=stages,
                                   mma=CANONICAL_MMA[aow], **L0)
-            persistent_ok[(aow, stages)] = _ts_ok(judge(genome))
+            persistent_ok[(aow, stages)] = _ts_ok(judge(genome, problem))
     schedules: list[tuple[Any, Any, bool, bool, int]] = []
     joint_total = sum(len(alive[("load", a)]) * len(alive[("mma", a)]) for a in aows)
     joint_total *= len(stages_choices)
@@ -191,7 +209,7 @@ def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
             for mma in alive[("mma", aow)]:
                 for stages in stages_choices:
                     verdict = judge(space.genome(load=load, mma=mma, advance_on_wait=aow,
-                                                 stages=stages, **L0))
+                                                 stages=stages, **L0), problem)
                     done += 1
                     tick("verifying joint schedules", done, joint_total)
                     if _ts_ok(verdict):
@@ -207,8 +225,8 @@ def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
             for p in (False, True) for st in stages_choices for c in classes}
     ts_valid = sum(len(fits[(s[3], s[4], _smem_class(layout))])
                    for s in schedules for layout in layout_ok)
-    raw = S.placement_count("load") * S.placement_count("mma") * S.gene_count()
-    legal_n = len(legal["load"]) * len(legal["mma"]) * S.gene_count()
+    raw = space.placement_count("load") * space.placement_count("mma") * space.gene_count()
+    legal_n = len(legal["load"]) * len(legal["mma"]) * space.gene_count()
 
     # 4. tsopt's checks: the schedule hazards once per S, the resource rules per (L, O).
     lo_pass: dict[tuple[bool, int, int], int] = {}
@@ -254,19 +272,14 @@ def gemm_funnel(space: Any, problem: Problem, *, judge: Judge, progress: Progres
 
     def predicted(genome: Genome) -> bool:
         cfg = space.config(genome, problem)
-        key = (_load_key(cfg), _mma_key(cfg), cfg.advance_on_wait, cfg.persistent, cfg.stages)
+        key = (load_key(cfg.load_ops), mma_key(cfg.mma_ops), cfg.advance_on_wait, cfg.persistent,
+               cfg.stages)
         layout = tuple(genome[g] for g in LAYOUT_GENES)
         return key in valid_keys and layout in layout_keys and cfg.smem_bytes <= SMEM_CAPACITY
 
-    agreement = (check_factorisation(space, problem, draw, predicted, sample, progress=progress)
-                 if sample else 0)
-    return Funnel(
-        space.name, problem.key, raw, legal_n, ts_valid, checked,
-        verifications=judge.calls, verify_seconds=judge.seconds,
-        seconds=time.perf_counter() - start,
-        method="factorised verification (search_spaces/_gemm_funnel.py)",
-        rejections=dict(judge.rejections), sample_size=sample, sample_agreement=agreement,
-    )
+    return FunnelCount(raw, legal_n, ts_valid, checked,
+                       method="factorised verification (search_spaces/gemm/funnel.py)",
+                       draw=draw, predicted=predicted)
 
 
 def _partner(task: str, aow: bool) -> dict[str, Any]:
@@ -275,34 +288,62 @@ def _partner(task: str, aow: bool) -> dict[str, Any]:
 
 
 def _resource_findings(genes: dict[str, Any], dtype: str, mnk: tuple[int, int, int],
-                       load: S.LoadKey, mma: S.MmaKey) -> list[Any]:
+                       load: LoadKey, mma: MmaKey) -> list[Any]:
     cfg = _config(genes, dtype, mnk, load, mma)
     skip = ("tsopt.async_release", "tsopt.stage_identity", "tsopt.async_acc_read")
     return [f for f in gemm_checks(cfg, k_tiles=0) if f.rule not in skip]
 
 
-def _load_key(cfg: GemmConfig) -> S.LoadKey | None:
-    for key in _keys_with_body(cfg.load_ops, "load"):
-        if load_placement(*key) == cfg.load_ops:
-            return key
-    return None
+# -- the sampler's screen ------------------------------------------------------------------
 
 
-def _mma_key(cfg: GemmConfig) -> S.MmaKey | None:
-    for key in _keys_with_body(cfg.mma_ops, "mma"):
-        if mma_placement(*key) == cfg.mma_ops:
-            return key
-    return None
+def screen_placements(space: Any, judge: Judge, progress: Progress | None = None) -> dict[str, list[Any]]:
+    """Each task's dataflow-legal placements that the verifier accepts next to the canonical
+    partner for some ``advance_on_wait``, in the cheap layout L0 (the funnel's step 1, kept
+    for the sampler: ~40,000 verifier calls)."""
+    kept: dict[str, list[Any]] = {}
+    for task in TASK_OPS:
+        keys = space.legal_placements(task)
+        keep = []
+        for i, key in enumerate(keys):
+            for aow in (True, False):
+                genome = space.genome(**{task: key}, **_partner(task, aow), advance_on_wait=aow, **L0)
+                if judge(genome, SCREEN_PROBLEM).valid:
+                    keep.append(key)
+                    break
+            if progress:
+                progress(f"screening {task} placements", i + 1, len(keys))
+        kept[task] = keep
+    return kept
 
 
-def _keys_with_body(ops: Any, task: str) -> list[Any]:
-    """Every placement key whose loop body is the loop of ``ops``."""
-    loop = tuple("wgmma_wait" if op.startswith("wgmma_wait") else op
-                 for op, sec in ops if sec == "loop")
-    if loop not in BODIES[task]:
-        return []
-    shapes = [(d, f) for d in HEAD_DEPTHS for f in (DEFERRABLE[task] if d else ("none",))]
-    if task == "load":
-        return [(loop, d, f) for d, f in shapes]
-    return [(loop, d, f, p, dr) for d, f in shapes for p in PENDING for dr in DRAINS]
+_TEMPLATE: dict[type, str] = {}
 
+
+def _template_digest(space: Any) -> str:
+    """The screen key's sources digest, once per process (source files do not change under a
+    running process, and reading them costs ~10 ms a call)."""
+    kind = type(space)
+    if kind not in _TEMPLATE:
+        _TEMPLATE[kind] = sources_digest(space.source_digest(), checks, *PLACEMENT_RULES, load_placement,
+                                          mma_placement, screen_placements)
+    return _TEMPLATE[kind]
+
+
+def screen_key(space: Any) -> ScreenKey:
+    """What the screen's verdicts depend on: the kernel and genome mapping
+    (``space.source_digest()``), tsopt's checks, the placement rules, the screening code;
+    the installed DSL; the problem, the canonical partners and layout, the choices screened."""
+    template = _template_digest(space)
+    params = {
+        "problem": SCREEN_PROBLEM.key,
+        "seed": {**SEED_GENES, **SEED_PLACEMENT},
+        "layout": L0,
+        "partners": {"load": CANONICAL_LOAD, "mma": {str(aow): key for aow, key in CANONICAL_MMA.items()}},
+        "ops": TASK_OPS,
+        "head_depths": HEAD_DEPTHS,
+        "deferrable": DEFERRABLE,
+        "pending": PENDING,
+        "drains": DRAINS,
+    }
+    return screen_cache.screen_key(SPACE, template, params)

@@ -1,17 +1,22 @@
-"""The Hopper TS GEMM search space: the kernel of ``hopper_gemm_kernel.py`` with its knobs.
+"""The Hopper TS GEMM search space: the kernel of ``kernel.py`` with its knobs.
 
 The kernel (a warp-specialized wgmma GEMM written in TS, ``D = A · Bᵀ``) lives
 in :mod:`tsopt.search_spaces.gemm.kernel`, which imports only the CUTLASS DSL
 and is exported verbatim by ``tsopt export``. This module makes it a search
-space: knobs and genomes (``_gemm_space.py``, ``_gemm_config.py``), the genome
--> configuration mapping (:func:`tsopt.search_spaces.gemm.config.config_of`), the
-checks TS does not make (``_gemm_checks.py``), the funnel (``_gemm_funnel.py``)
-and the export (``_gemm_export.py``).
+space: knobs, genomes, the enumerator and the sampler. The rest of the space is
+in its neighbours: the genome -> configuration mapping and the gene and
+placement tables (``config.py``), the checks TS does not make (``checks.py``),
+the factorised funnel and the sampler's screen (``funnel.py``, the screen
+shipped in ``data/gemm_screened.json``) and the export (``export.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
 
 from tsopt.core.dsl_env import ensure_arch
 
@@ -22,35 +27,75 @@ from tsopt.core.problem import Problem, ProblemError  # noqa: E402
 from tsopt.core.space import (  # noqa: E402
     Enumeration,
     Finding,
+    FunnelCount,
+    GeneDomain,
+    Judge,
     KernelSpec,
     Knob,
+    OpView,
+    Progress,
     SearchSpace,
+    TaskView,
     TensorArg,
+    op_kind,
 )
-from tsopt.search_spaces.gemm import layout as _space  # noqa: E402
+from tsopt.search_spaces.common import placement as placement_rules  # noqa: E402
+from tsopt.search_spaces.common.screen_cache import shipped_screen  # noqa: E402
 from tsopt.search_spaces.gemm.checks import gemm_checks  # noqa: E402
 from tsopt.search_spaces.gemm.config import (  # noqa: E402
+    ADDED_GENES,
+    BODIES,
+    DEFERRABLE,
+    DRAINS,
+    HEAD_DEPTHS,
+    KNOB_DOCS,
+    NUMERIC_CHOICES,
+    PENDING,
+    PRIMARY_OP,
+    SEED_GENES,
+    SEED_PLACEMENT,
     SPACE,
+    STRUCTURE_CHOICES,
+    TASK_OPS,
+    TASKS,
+    TS_KEY_GENES,
+    WARPGROUP,
     config_of,
     gene,
+    load_key,
+    load_placement,
+    mma_key,
+    mma_placement,
     parse_cluster,
+    parse_placement_name,
+    placement_dataflow_error,
+    placement_name,
 )
-from tsopt.search_spaces.gemm.kernel import (  # noqa: E402, F401
+from tsopt.search_spaces.gemm.export import export_source  # noqa: E402
+from tsopt.search_spaces.gemm.funnel import gemm_funnel, screen_key, screen_placements  # noqa: E402
+from tsopt.search_spaces.gemm.kernel import (  # noqa: E402
     GemmConfig,
     compile_args,
     make_kernel,
     make_task_manager,
 )
 
+SCREEN_FILE = Path(__file__).with_name("data") / "gemm_screened.json"
+NO_SCREEN: dict[str, Any] = {"load": [], "mma": []}
+"""What a nested call sees while the screen is being computed (see ``shipped_screen``)."""
+SAMPLE_PROBLEM = Problem.of("gemm", "bf16", m=8192, n=8192, k=8192)
+"""A problem to decode a genome's placement with (placements do not depend on sizes)."""
+
 
 class HopperGemmSpace(SearchSpace):
-    """The warp-specialized TS GEMM of ``hopper_gemm_kernel``, its placements and knobs as genes."""
+    """The warp-specialized TS GEMM of ``kernel.py``, its placements and knobs as genes."""
 
     name = SPACE
     op = "gemm"
     description = ("Hopper warp-specialized TS GEMM D = A.B^T (TMA producer, wgmma consumer "
                    "warpgroups), bf16/fp16, sm_90a")
     archs = ("sm_90a",)
+    screen_file: ClassVar[Path] = SCREEN_FILE
 
     # -- problems and knobs ----------------------------------------------------------
     def check_problem(self, problem: Problem) -> None:
@@ -62,44 +107,226 @@ class HopperGemmSpace(SearchSpace):
                     f"{name}={problem[name]} is not a multiple of 8: TMA needs 16-byte rows "
                     "(K) and the epilogue 4-byte aligned pairs in every row of D (N)")
 
-    def knobs(self, problem: Problem | None = None) -> tuple[Knob, ...]:
-        return _space.knobs(self)
-
     def raw_knobs(self, problem: Problem | None = None) -> tuple[Knob, ...]:
-        return _space.raw_knobs()
+        """The enumerator's knobs: every placement part and gene value, before any check."""
+        out = [
+            Knob("load.body", "structural", tuple(",".join(b) for b in BODIES["load"]),
+                 KNOB_DOCS["load.body"]),
+            Knob("load.depth", "structural", HEAD_DEPTHS, KNOB_DOCS["load.depth"]),
+            Knob("load.defer", "structural", DEFERRABLE["load"], KNOB_DOCS["load.defer"]),
+            Knob("mma.body", "structural", tuple(",".join(b) for b in BODIES["mma"]),
+                 KNOB_DOCS["mma.body"]),
+            Knob("mma.depth", "structural", HEAD_DEPTHS, KNOB_DOCS["mma.depth"]),
+            Knob("mma.defer", "structural", DEFERRABLE["mma"], KNOB_DOCS["mma.defer"]),
+            Knob("mma.pending", "structural", PENDING, KNOB_DOCS["mma.pending"]),
+            Knob("mma.drain", "structural", DRAINS, KNOB_DOCS["mma.drain"]),
+        ]
+        out += [Knob(n, "structural", c, KNOB_DOCS[n]) for n, c in STRUCTURE_CHOICES.items()]
+        out += [Knob(n, "numeric", c, KNOB_DOCS[n]) for n, c in NUMERIC_CHOICES.items()]
+        return tuple(out)
+
+    def knobs(self, problem: Problem | None = None) -> tuple[Knob, ...]:
+        """The sampler's knobs: each task's placement drawn from the verifier's per-task screen
+        (:meth:`screened_placements`), then the structural and numeric genes."""
+        out = [
+            Knob("load.placement", "structural",
+                 tuple(placement_name(k) for k in self.screened_placements("load")),
+                 "producer placement (body | prefetch depth | deferred op) the verifier accepts"),
+            Knob("mma.placement", "structural",
+                 tuple(placement_name(k) for k in self.screened_placements("mma")),
+                 "consumer placement (body | batches in flight | deferred op | wait_group pending "
+                 "| drain) the verifier accepts"),
+        ]
+        out += [Knob(n, "structural", c, KNOB_DOCS[n]) for n, c in STRUCTURE_CHOICES.items()]
+        out += [Knob(n, "numeric", c, KNOB_DOCS[n]) for n, c in NUMERIC_CHOICES.items()]
+        return tuple(out)
 
     def params_of(self, genome: Genome) -> dict[str, Any]:
-        return _space.params_of(self, genome)
+        """The sampler's parameters for ``genome`` (inverse of :meth:`suggest`)."""
+        cfg = self.config(genome, SAMPLE_PROBLEM)
+        load, mma = load_key(cfg.load_ops), mma_key(cfg.mma_ops)
+        if load is None or mma is None:
+            raise ValueError(f"{genome.short_hash}: its placement is not one the sampler can express")
+        params: dict[str, Any] = {"load.placement": placement_name(load),
+                                  "mma.placement": placement_name(mma)}
+        for name, value in genome.genes.items():
+            if name in ("raster", "swizzle") and not genome["persistent"]:
+                continue
+            params[name] = value
+        for name, meaning in ADDED_GENES.items():
+            params.setdefault(name, meaning)
+        return params
 
+    # -- the sampler's screen --------------------------------------------------------
+    def screens(self) -> dict[str, Any]:
+        """The shipped screen (``load`` and ``mma`` placement keys), digest-checked; a stale
+        file is recomputed with the injected :attr:`judge` (see ``common/screen_cache.py``)."""
+        judge = self.judge
+        compute = None if judge is None else (lambda: screen_placements(self, judge))
+        return shipped_screen(self.screen_file, screen_key(self), compute, while_computing=NO_SCREEN)
+
+    def screened_placements(self, task: str) -> list[tuple[Any, ...]]:
+        """Placement keys of ``task`` the verifier accepts next to the canonical partner.
+
+        Random placements almost never pass (about 1 in 10^5 raw pairs), so the sampler
+        draws each task's placement from these; joint validity (stages, layout, the other
+        task) is still judged per candidate by the verifier.
+        """
+        return [(tuple(key[0]), *key[1:]) for key in self.screens()[task]]
+
+    # -- genomes ---------------------------------------------------------------------
     def genome(self, **values: Any) -> Genome:
-        """A genome from knob values (placement knobs and genes; defaults: the seed)."""
-        return _space.make_genome(**values)
+        """A genome from knob values; every knob not given takes the seed's value.
+
+        Placement knobs may also be given as tuples: ``load=(body, depth, defer)``,
+        ``mma=(body, depth, defer, pending, drain)``.
+        """
+        placement = dict(SEED_PLACEMENT)
+        genes = dict(SEED_GENES)
+        if "load" in values:
+            body, depth, defer = values.pop("load")
+            placement.update({"load.body": ",".join(body), "load.depth": depth,
+                              "load.defer": defer})
+        if "mma" in values:
+            body, depth, defer, pending, drain = values.pop("mma")
+            placement.update({"mma.body": ",".join(body), "mma.depth": depth, "mma.defer": defer,
+                              "mma.pending": pending, "mma.drain": drain})
+        for name, value in values.items():
+            if name in placement:
+                placement[name] = value
+            elif name in genes:
+                genes[name] = value
+            else:
+                raise KeyError(f"gemm space has no knob {name!r}")
+        structure = {n: genes[n] for n in STRUCTURE_CHOICES}
+        numeric = {n: genes[n] for n in NUMERIC_CHOICES}
+        load = load_placement(str(placement["load.body"]).split(","), int(placement["load.depth"]),
+                              str(placement["load.defer"]))
+        mma = mma_placement(str(placement["mma.body"]).split(","), int(placement["mma.depth"]),
+                            str(placement["mma.defer"]), int(placement["mma.pending"]),
+                            str(placement["mma.drain"]))
+        return Genome.make(SPACE, {"load": load, "mma": mma}, structure, numeric)
 
     def seed_genome(self, problem: Problem) -> Genome:
         """A hand-written schedule: 128x256x64 tiles, 4 stages, two cooperative consumer
         warpgroups at 232 registers, one wgmma batch in flight, one tile per CTA."""
-        return _space.make_genome()
+        return self.genome()
 
     # -- search ----------------------------------------------------------------------
+    def _placements(self, task: str) -> Iterator[tuple[Any, ...]]:
+        """Every placement key of ``task``, bodies outermost."""
+        for key in placement_rules.placement_keys(TASKS[task], HEAD_DEPTHS, BODIES[task]):
+            if task == "load":
+                yield key
+            else:
+                for pending in PENDING:
+                    for drain in DRAINS:
+                        yield (*key, pending, drain)
+
+    def placement_count(self, task: str) -> int:
+        count = placement_rules.placement_key_count(TASKS[task], HEAD_DEPTHS, BODIES[task])
+        return count * (len(PENDING) * len(DRAINS) if task == "mma" else 1)
+
+    def legal_placements(self, task: str) -> list[tuple[Any, ...]]:
+        render = load_placement if task == "load" else mma_placement
+        return [key for key in self._placements(task)
+                if placement_dataflow_error(task, render(*key)) is None]
+
+    def gene_combinations(self) -> Iterator[dict[str, Any]]:
+        """Every consistent assignment of the structural and numeric genes.
+
+        Raster order and swizzle belong to the persistent scheduler: a one-tile-per-CTA
+        grid takes only raster 'm' and swizzle 1, so only consistent sets are produced.
+        """
+        names = [*STRUCTURE_CHOICES, *NUMERIC_CHOICES]
+        choices = [*STRUCTURE_CHOICES.values(), *NUMERIC_CHOICES.values()]
+        for values in itertools.product(*choices):
+            genes = dict(zip(names, values, strict=True))
+            if not genes["persistent"] and (genes["raster"] != "m" or genes["swizzle"] != 1):
+                continue
+            yield genes
+
+    def gene_count(self) -> int:
+        others = math.prod(len(c) for n, c in {**STRUCTURE_CHOICES, **NUMERIC_CHOICES}.items()
+                           if n not in ("persistent", "raster", "swizzle"))
+        raster_swizzle = len(STRUCTURE_CHOICES["raster"]) * len(NUMERIC_CHOICES["swizzle"])
+        return others * (1 + raster_swizzle)  # one-tile-per-CTA: 1 raster/swizzle; persistent: all
+
     def enumerate(self, problem: Problem) -> Enumeration:
+        """Placements x genes.
+
+        ``raw`` counts every placement pair (loop-body permutations x head depth x
+        deferred op, and for the consumer x pending count x drain) times every
+        consistent gene assignment: 2.3e14 for the default choices, so it is counted
+        analytically (:meth:`placement_count`, :meth:`gene_count`), never listed.
+        ``genomes`` yields the dataflow-legal ones lazily, placements outermost.
+        """
         self.check(problem)
-        return _space.enumerate_space(problem)
+        raw = self.placement_count("load") * self.placement_count("mma") * self.gene_count()
+        enumeration = Enumeration(raw=raw, genomes=iter(()))
+        loads, mmas = self.legal_placements("load"), self.legal_placements("mma")
+
+        def genomes() -> Iterator[Genome]:
+            for load in loads:
+                for mma in mmas:
+                    for genes in self.gene_combinations():
+                        enumeration.dataflow_legal += 1
+                        yield self.genome(load=load, mma=mma, **genes)
+
+        enumeration.genomes = genomes()
+        return enumeration
 
     def suggest(self, trial: Any, problem: Problem) -> Genome:
-        return _space.suggest(trial, self)
+        """One genome from an Optuna trial: ``suggest_categorical`` per knob.
 
-    def funnel(self, problem: Problem, **kwargs: Any) -> Any:
-        """The funnel by factorised verification (see ``search_spaces/_gemm_funnel.py``)."""
-        from tsopt.search_spaces.gemm.funnel import gemm_funnel
+        Raster order and swizzle are asked only of persistent trials (a conditional
+        parameter; every Optuna sampler supports that).
+        """
+        values: dict[str, Any] = {}
+        for knob in self.knobs(problem):
+            if knob.name in ("raster", "swizzle") and not values.get("persistent"):
+                continue
+            values[knob.name] = trial.suggest_categorical(knob.name, list(knob.choices))
+        load = parse_placement_name("load", str(values.pop("load.placement")))
+        mma = parse_placement_name("mma", str(values.pop("mma.placement")))
+        return self.genome(load=load, mma=mma, **values)
 
-        return gemm_funnel(self, problem, **kwargs)
+    def funnel(
+        self, problem: Problem, judge: Judge, progress: Progress | None = None
+    ) -> FunnelCount:
+        """The funnel by factorised verification (see ``funnel.py``)."""
+        return gemm_funnel(self, problem, judge, progress)
 
     # -- verification ----------------------------------------------------------------
+    def gene_domains(self, problem: Problem) -> dict[str, GeneDomain]:
+        """The interface's default schema, less the genes added after studies were recorded
+        (``ADDED_GENES``): a genome without one means that gene's documented value, so a
+        recorded genome keeps its verdict (:meth:`dataflow_error` rejects unknown genes)."""
+        domains = super().gene_domains(problem)
+        return {name: domain for name, domain in domains.items() if name not in ADDED_GENES}
+
     def config(self, genome: Genome, problem: Problem) -> GemmConfig:
         return config_of(genome, problem.sizes, problem.dtype)
 
     def dataflow_error(self, genome: Genome) -> str | None:
-        return _space.dataflow_error(genome)
+        if genome.space != SPACE:
+            return f"genome is of space {genome.space!r}, not {SPACE!r}"
+        tasks = {t.task for t in genome.schedule}
+        if tasks != set(TASK_OPS):
+            return f"gemm genomes schedule tasks {sorted(TASK_OPS)}, got {sorted(tasks)}"
+        missing = [g for g in (*NUMERIC_CHOICES, *STRUCTURE_CHOICES)
+                   if g not in genome.genes and g not in ADDED_GENES]
+        if missing:
+            return f"genome lacks gene(s) {missing}"
+        unknown = sorted(set(genome.genes) - {*NUMERIC_CHOICES, *STRUCTURE_CHOICES})
+        if unknown:
+            return f"unknown gene(s) {unknown} for space {SPACE!r}"
+        for task in TASK_OPS:
+            ops = tuple((p.op, p.section) for p in genome.task(task).ops)
+            error = placement_dataflow_error(task, ops)
+            if error:
+                return f"{task}: {error}"
+        return None
 
     def build_skeleton(self, genome: Genome, problem: Problem, domain: int) -> Any:
         return make_task_manager(self.config(genome, problem), None, domain=domain)
@@ -107,7 +334,8 @@ class HopperGemmSpace(SearchSpace):
     def verify_domain(self, genome: Genome) -> int:
         stages = genome["stages"]
         assert isinstance(stages, int)
-        depth = max(_space.head_depth(genome, task) for task in ("load", "mma"))
+        depth = max(placement_rules.head_depth(genome.task(task).ops, PRIMARY_OP[task])
+                    for task in ("load", "mma"))
         return max(4, stages + 2, depth + 2)
 
     def tsopt_checks(self, genome: Genome, problem: Problem) -> list[Finding]:
@@ -116,8 +344,24 @@ class HopperGemmSpace(SearchSpace):
     def verdict_key(self, genome: Genome, problem: Problem) -> str:
         cfg = self.config(genome, problem)
         # Raster order and swizzle never reach the TS skeleton (the epilogue does: its SMEM).
-        ts_genes = {name: gene(genome, name) for name in _space.TS_KEY_GENES}
+        ts_genes = {name: gene(genome, name) for name in TS_KEY_GENES}
         return repr((cfg.load_ops, cfg.mma_ops, sorted(ts_genes.items())))
+
+    # -- reports ---------------------------------------------------------------------
+    def schedule_view(self, genome: Genome) -> list[TaskView]:
+        """The producer lane on its load warp(s) inside the producer warpgroup, the consumer
+        lane on the consumer warpgroups (each runs the ``mma`` schedule). Warps do not depend
+        on the problem's sizes, so any problem decodes them."""
+        cfg = self.config(genome, SAMPLE_PROBLEM)
+        consumers = cfg.consumer_warps
+        lanes = {"load": (min(cfg.producer_warps), max(cfg.producer_warps)),
+                 "mma": (min(consumers), max(consumers) + WARPGROUP - 1)}
+        views = []
+        for schedule in genome.schedule:
+            first, last = lanes.get(schedule.task, (None, None))
+            ops = tuple(OpView(p.op, p.section, op_kind(p.op)) for p in schedule.ops)
+            views.append(TaskView(schedule.task, first, last, ops))
+        return views
 
     # -- build -----------------------------------------------------------------------
     def source_modules(self) -> tuple[str, ...]:
@@ -136,8 +380,6 @@ class HopperGemmSpace(SearchSpace):
         return digest.hexdigest()[:16]
 
     def export_source(self, genome: Genome, problem: Problem, arch: str, header: str) -> str:
-        from tsopt.search_spaces.gemm.export import export_source
-
         return export_source(genome, problem, arch, header)
 
     def kernel_spec(self, genome: Genome, problem: Problem, arch: str) -> KernelSpec:

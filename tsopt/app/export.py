@@ -1,6 +1,7 @@
-"""``tsopt export``: a tuned kernel as a directory a person can read, link and load.
+"""``tsopt export``: tuned kernels as a directory a person can read, link, load and call from
+PyTorch.
 
-What an export holds::
+What an export of one study holds::
 
     kernel.py       standalone CuTe-DSL/TS source of the candidate, schedule written out;
                     `python kernel.py` checks it against torch on a GPU machine with the DSL,
@@ -11,9 +12,16 @@ What an export holds::
     libkernel.so    the shared library with tsopt's ABI (tsopt_load / tsopt_launch)
     artifact.json   the library's tensor signature (what loader.py reads)
     loader.py       load_kernel(DIR) -> callable on torch tensors; torch + stdlib only
+    torch_ops.py    load(DIR) registers torch.ops.tsopt.<op>_<dtype>_<sizes> (the kernel) and
+                    torch.ops.tsopt.<op> (dispatch, falling back to torch); torch + stdlib only
     example.c       a C program calling the kernel through kernel.h, and build.sh to build it
     manifest.json   genome, problem, arch, measured figures with device and versions,
-                    tool versions, the verifier's verdict, and a sha256 of every file
+                    tool versions, the verifier's verdict (judged again at export), the
+                    kernels for torch_ops.py, and a sha256 of every file
+
+Several studies (one kernel per problem) make a package: one such directory per kernel, named
+after its op, with ``loader.py``, ``torch_ops.py`` and a ``manifest.json`` listing them all at
+the top. Where an export may be written, and what it replaces, is :mod:`tsopt.app.export_target`.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import hashlib
 import json
 import shutil
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,21 +39,83 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 import tsopt
+from tsopt.app.export_target import (
+    FORMAT,
+    MANIFEST,
+    check_not_protected,
+    check_replaceable,
+    move_in,
+    protected_paths,
+    staging_dir,
+)
 from tsopt.core.errors import UserInputError
 
 if TYPE_CHECKING:
+    from tsopt.core.records import Verdict
+    from tsopt.core.space import SearchSpace
     from tsopt.db.store import Store
     from tsopt.db.views import CandidateInfo, RankedCandidate, StudyInfo
 
 COPIED = ("kernel.h", "kernel.o", "kernel.cubin", "libkernel.so", "artifact.json", "shim.c")
+VERSION = 2  # 2: torch_ops.py, the "kernels" list, packages of several studies
+
+
+@dataclass(frozen=True)
+class ExportedKernel:
+    """One kernel of an export, as its manifest's ``kernels`` list holds it."""
+
+    name: str  # its op under torch.ops.tsopt, e.g. gemm_bf16_8192x8192x8192
+    op: str
+    dtype: str
+    sizes: tuple[tuple[str, int], ...]
+    dir: str  # relative to the export's top
+    study: str
+    rank: int
+    genome_hash: str
+    median_us: float | None
+    ratio: float | None
+    baseline_name: str
+    device: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "op": self.op, "dtype": self.dtype,
+                "sizes": [[n, v] for n, v in self.sizes], "dir": self.dir, "study": self.study,
+                "rank": self.rank, "genome_hash": self.genome_hash, "median_us": self.median_us,
+                "ratio": self.ratio, "baseline_name": self.baseline_name, "device": self.device}
 
 
 @dataclass(frozen=True)
 class ExportResult:
+    """What an export wrote: its directory, kernels and files (relative paths)."""
+
     directory: Path
-    genome_hash: str
+    genome_hash: str  # the first kernel's
     rank: int
     files: tuple[str, ...]
+    kernels: tuple[ExportedKernel, ...] = ()
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.directory / MANIFEST
+
+    def manifest(self) -> dict[str, Any]:
+        """The export's manifest.json, as written."""
+        doc: dict[str, Any] = json.loads(self.manifest_path.read_text())
+        return doc
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    info: StudyInfo
+    ranked: RankedCandidate
+    candidate: CandidateInfo
+    space: SearchSpace
+    verdict: Verdict
+    rank: int
+
+    @property
+    def name(self) -> str:
+        return self.info.problem.key.replace("-", "_")
 
 
 def _choose(store: Store, study: str, rank: int) -> tuple[StudyInfo, RankedCandidate, CandidateInfo]:
@@ -74,19 +145,6 @@ def _choose(store: Store, study: str, rank: int) -> tuple[StudyInfo, RankedCandi
     chosen = ranked[rank - 1]
     candidate = next(c for c in store.candidates(study) if c.genome_hash == chosen.genome_hash)
     return info, chosen, candidate
-
-
-def _prepare_out(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise UserInputError(f"--out {str(out)!r} exists and is not a directory")
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise UserInputError(
-                f"--out {str(out)!r} is not empty; choose another directory or pass --force"
-            )
-        for child in out.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    out.mkdir(parents=True, exist_ok=True)
 
 
 def _artifact_dir(space: Any, candidate: CandidateInfo, info: StudyInfo) -> Path:
@@ -168,15 +226,35 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def export_candidate(store: Store, study: str, out: Path, rank: int = 1, force: bool = False) -> ExportResult:
-    """Write the export directory for ``study``'s candidate of rank ``rank`` (1 = fastest)."""
-    from tsopt.build.builder import tool_versions
-    from tsopt.core.dsl_env import ensure_arch
-    from tsopt.core.registry import get_space
+def _worker_source(module: str) -> Path:
+    """A measuring-side file copied verbatim into exports (found without importing torch)."""
+    import importlib.util
 
-    info, ranked, candidate = _choose(store, study, rank)
-    ensure_arch(info.arch)
-    space = get_space(info.space)
+    spec = importlib.util.find_spec(f"tsopt.workers.{module}")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin)
+
+
+def _loader_source() -> Path:
+    return _worker_source("loader")
+
+
+def _reverify(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo) -> Verdict:
+    """Judge the genome again with today's verifier (no cached verdict): the study's verdict
+    may come from an older one, and an export is what a user will run."""
+    from tsopt.verify.verifier import VerdictCache, verify_genome
+
+    verdict = verify_genome(candidate.genome, info.problem, space=space, cache=VerdictCache())
+    if not verdict.valid:
+        raise UserInputError(
+            f"{candidate.genome_hash[:12]} of study {info.name!r} no longer passes the verifier "
+            f"({verdict.stage}: {verdict.rule}: {(verdict.message or '').splitlines()[0][:200]}); "
+            "it was recorded valid by an earlier verifier: export refuses it (choose another "
+            "--rank, or tune again)")
+    return verdict
+
+
+def _check_current(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo) -> None:
     from tsopt.build.builder import cache_key
 
     current = cache_key(candidate.genome, info.problem, info.arch, space.source_digest())
@@ -188,65 +266,190 @@ def export_candidate(store: Store, study: str, out: Path, rank: int = 1, force: 
             f"or toolchain has changed since (template now {space.source_digest()}), so the export "
             "would not be the kernel that was timed: measure it again with the current code first"
         )
-    _prepare_out(out, force)
-    artifact = _artifact_dir(space, candidate, info)
+
+
+def _choose_all(store: Store, studies: Sequence[str], rank: int) -> list[_Chosen]:
+    """Each study's candidate of rank ``rank``, checked to be exportable, one per problem."""
+    from tsopt.core.dsl_env import ensure_arch
+    from tsopt.core.registry import get_space
+
+    if not studies:
+        raise UserInputError("name a study to export (STUDY, --study NAME or --studies A,B)")
+    repeated = sorted({s for s in studies if list(studies).count(s) > 1})
+    if repeated:
+        raise UserInputError(f"study {repeated[0]!r} is named twice")
+    picked = [_choose(store, study, rank) for study in studies]
+    archs = sorted({info.arch for info, _, _ in picked})
+    if len(archs) > 1:
+        raise UserInputError(f"the studies target different archs ({', '.join(archs)}): a package "
+                             "holds kernels for one arch; export them separately")
+    problems: dict[str, str] = {}
+    for info, _, _ in picked:
+        other = problems.setdefault(info.problem.key, info.name)
+        if other != info.name:
+            raise UserInputError(
+                f"studies {other!r} and {info.name!r} both tune {info.problem}: a package holds one "
+                "kernel per problem (its dispatch table could not choose); export one of them")
+    chosen = []
+    for info, ranked, candidate in picked:
+        ensure_arch(info.arch)
+        space = get_space(info.space)
+        verdict = _reverify(space, candidate, info)
+        _check_current(space, candidate, info)
+        chosen.append(_Chosen(info, ranked, candidate, space, verdict, rank))
+    return chosen
+
+
+def _exported(chosen: _Chosen, directory: str) -> ExportedKernel:
+    m = chosen.ranked.measurement
+    problem = chosen.info.problem
+    return ExportedKernel(
+        name=chosen.name, op=problem.op, dtype=problem.dtype, sizes=problem.dims, dir=directory,
+        study=chosen.info.name, rank=chosen.rank, genome_hash=chosen.candidate.genome_hash,
+        median_us=m.median_us, ratio=m.ratio, baseline_name=m.baseline_name, device=m.device)
+
+
+def _file_hashes(top: Path) -> dict[str, str]:
+    return {str(p.relative_to(top)): _sha256(p) for p in sorted(top.rglob("*"))
+            if p.is_file() and p.relative_to(top) != Path(MANIFEST)}
+
+
+def _write_runtime(directory: Path) -> None:
+    """The torch-only files: loader.py and torch_ops.py, verbatim from tsopt.workers."""
+    shutil.copy2(_loader_source(), directory / "loader.py")
+    shutil.copy2(_worker_source("torch_ops"), directory / "torch_ops.py")
+
+
+def _write_kernel(chosen: _Chosen, directory: Path) -> ExportedKernel:
+    """One study's export, complete in ``directory`` (also each kernel of a package)."""
+    from tsopt.build.builder import tool_versions
+
+    info, ranked, candidate = chosen.info, chosen.ranked, chosen.candidate
+    directory.mkdir(parents=True, exist_ok=True)
+    artifact = _artifact_dir(chosen.space, candidate, info)
     for name in COPIED:
         if (artifact / name).exists():
-            shutil.copy2(artifact / name, out / name)
-    header = _header_text(info, ranked, rank)
-    (out / "kernel.py").write_text(space.export_source(candidate.genome, info.problem, info.arch, header))
-    shutil.copy2(_loader_source(), out / "loader.py")
+            shutil.copy2(artifact / name, directory / name)
+    header = _header_text(info, ranked, chosen.rank)
+    (directory / "kernel.py").write_text(
+        chosen.space.export_source(candidate.genome, info.problem, info.arch, header))
+    _write_runtime(directory)
     artifact_doc = json.loads((artifact / "artifact.json").read_text())
     prefix = f"tsopt_{candidate.genome_hash[:16]}"
-    (out / "example.c").write_text(_example_c(prefix, artifact_doc["tensors"]))
-    build_sh = out / "build.sh"
+    (directory / "example.c").write_text(_example_c(prefix, artifact_doc["tensors"]))
+    build_sh = directory / "build.sh"
     build_sh.write_text(BUILD_SH.format(cc="${CC:-gcc}"))
     build_sh.chmod(build_sh.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    (out / "genome.json").write_text(candidate.genome.to_json())
-    files = sorted(p.name for p in out.iterdir() if p.is_file())
-    verdict = candidate.verdict
+    (directory / "genome.json").write_text(candidate.genome.to_json())
+    kernel = _exported(chosen, ".")
+    recorded = candidate.verdict
     manifest = {
-        "format": "tsopt-export",
-        "version": 1,
+        "format": FORMAT,
+        "version": VERSION,
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "study": info.name,
-        "rank": rank,
+        "rank": chosen.rank,
         "space": info.space,
         "problem": info.problem.to_dict(),
         "arch": info.arch,
         "genome_hash": candidate.genome_hash,
         "genome": candidate.genome.to_dict(),
         "measured": ranked.measurement.to_dict(),
-        "verdict": verdict.to_dict() if verdict else None,
+        "verdict": chosen.verdict.to_dict(),
+        "recorded_verdict": recorded.to_dict() if recorded else None,
         "build": candidate.build.to_dict() if candidate.build else None,
         "versions": {**tool_versions(), "tsopt": tsopt.__version__},
         "abi": {"library": "libkernel.so", "load": "tsopt_load", "launch": "tsopt_launch",
                 "c_prefix": prefix},
-        "files": {name: _sha256(out / name) for name in files},
+        "kernels": [kernel.to_dict()],
+        "files": _file_hashes(directory),
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    return ExportResult(out, candidate.genome_hash, rank, tuple(files + ["manifest.json"]))
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return kernel
 
 
-def export_command(study: str, out: Path, rank: int, force: bool, db_url: str, console: Console) -> int:
+def _write_package(chosen: Sequence[_Chosen], top: Path) -> list[ExportedKernel]:
+    """Several studies: a complete export per kernel in its own directory, and at the top the
+    runtime files and a manifest listing every kernel (torch_ops.load reads it)."""
+    from tsopt.build.builder import tool_versions
+
+    kernels = []
+    for item in chosen:
+        _write_kernel(item, top / item.name)
+        kernels.append(_exported(item, item.name))
+    _write_runtime(top)
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "package": True,
+        "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "arch": chosen[0].info.arch,
+        "versions": {**tool_versions(), "tsopt": tsopt.__version__},
+        "kernels": [k.to_dict() for k in kernels],
+        "files": _file_hashes(top),
+    }
+    (top / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return kernels
+
+
+def export_studies(store: Store, studies: Sequence[str], out: Path, rank: int = 1,
+                   force: bool = False) -> ExportResult:
+    """Export each study's candidate of rank ``rank`` (1 = fastest) into ``out``: one study as
+    one export directory, several as a package. Refuses (UserInputError) before writing
+    anything: see :mod:`tsopt.app.export_target` for where it writes."""
+    from tsopt.db.engine import parse_url, sqlite_path
+
+    out = Path(out)
+    check_not_protected(out, protected_paths(sqlite_path(parse_url(store.url))))
+    check_replaceable(out, force)
+    chosen = _choose_all(store, studies, rank)
+    staged = staging_dir(out)
+    try:
+        if len(chosen) == 1:
+            kernels = [_write_kernel(chosen[0], staged)]
+        else:
+            kernels = _write_package(chosen, staged)
+        written = sorted(str(p.relative_to(staged)) for p in staged.rglob("*") if p.is_file())
+        remove = check_replaceable(out, force, written)
+        move_in(staged, out, remove)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    first = chosen[0]
+    return ExportResult(out, first.candidate.genome_hash, rank, tuple(written), tuple(kernels))
+
+
+def export_candidate(store: Store, study: str, out: Path, rank: int = 1, force: bool = False) -> ExportResult:
+    """Write the export directory for ``study``'s candidate of rank ``rank`` (1 = fastest)."""
+    return export_studies(store, [study], out, rank, force)
+
+
+def study_list(study: str | None, repeated: Sequence[str], listed: str | None) -> list[str]:
+    """The studies of ``tsopt export STUDY --study A --studies B,C``, in that order."""
+    names = [study] if study else []
+    names += list(repeated)
+    names += [n.strip() for n in (listed or "").split(",") if n.strip()]
+    return names
+
+
+def export_command(studies: Sequence[str], out: Path, rank: int, force: bool, db_url: str,
+                   console: Console) -> int:
     from tsopt.db.store import Store
 
     store = Store(db_url)
     try:
-        result = export_candidate(store, study, out, rank, force)
+        result = export_studies(store, studies, out, rank, force)
     finally:
         store.close()
-    console.print(f"exported {result.genome_hash[:12]} (rank {result.rank} of study {study}) to {out}:")
-    console.print("  " + " ".join(result.files))
-    console.print(f"check on a GPU machine: python -c \"import sys; sys.path.insert(0, '{out}'); "
-                  f"from loader import load_kernel; print(load_kernel('{out}'))\"")
+    for kernel in result.kernels:
+        where = "" if kernel.dir == "." else f" in {kernel.dir}/"
+        console.print(f"exported {kernel.genome_hash[:12]} (rank {kernel.rank} of study {kernel.study})"
+                      f" as torch.ops.tsopt.{kernel.name}{where}", highlight=False)
+    console.print(f"to {out}: {len(result.files)} files (manifest.json lists them)", highlight=False)
+    ops = sorted({k.op for k in result.kernels})
+    console.print("use from PyTorch (needs torch and this directory only):\n"
+                  f"  import sys; sys.path.insert(0, {str(out)!r}); import torch_ops; "
+                  f"torch_ops.load({str(out)!r})\n"
+                  f"  torch.ops.tsopt.{result.kernels[0].name}(...)   # the tuned kernel, its shape only\n"
+                  f"  torch.ops.tsopt.{ops[0]}(...)   # any shape: tuned where exported, else torch",
+                  highlight=False, soft_wrap=True)
     return 0
-
-
-def _loader_source() -> Path:
-    """The measuring side's loader file (copied verbatim; found without importing torch)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("tsopt.workers.loader")
-    assert spec is not None and spec.origin is not None
-    return Path(spec.origin)

@@ -8,10 +8,19 @@ Telling the study, per measured candidate:
 
 - a candidate with a trial number (proposed by Optuna): its trial is completed with the median
   time in microseconds when the status is ``ok``, failed otherwise with the status and error as
-  the ``fail_reason`` user attribute; a finished trial is left alone;
+  the ``measure_failed`` user attribute (the driver's policy); a finished trial is left alone;
 - a candidate without one (seeded, enumerated, or new to this database): a finished trial is
   added with the genome's genes as user attributes, and its number stored on the candidate, so
   a second ingest finds it finished.
+
+Nothing in a bundle is trusted. Before anything is recorded: every file of the bundle that came
+back is checked against the sha256 its manifest lists, each JSON file against its own checksum
+(:mod:`tsopt.core.bundle`), every result for finite, positive times, coherent statuses and a
+device the results name, and every genome is verified again (schema, dataflow, TS, tsopt's
+checks; the store's verdict cache makes a genome verified before cheap). One candidate that
+does not pass refuses the whole bundle. Then everything is written in one transaction, Optuna's
+tables included (:meth:`tsopt.db.store.Store.atomic`): a failure part-way leaves the database
+as it was, and the corrected bundle ingests afterwards.
 """
 
 from __future__ import annotations
@@ -22,16 +31,23 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from tsopt.core.bundle import BundleError, BundleManifest, BundleResults, read_manifest, read_results
-from tsopt.core.records import Measurement
+from tsopt.core.bundle import (
+    MANIFEST_NAME,
+    BundleError,
+    BundleManifest,
+    BundleResults,
+    read_manifest,
+    read_results,
+)
+from tsopt.core.errors import UserInputError
+from tsopt.core.problem import ProblemError
+from tsopt.core.records import Measurement, Verdict
+from tsopt.search.outcomes import add_finished_trial, measurement_outcome, open_study, tell
 
 if TYPE_CHECKING:
-    import optuna
-
     from tsopt.db.store import Store
     from tsopt.db.views import StudyInfo
 
-OBJECTIVE = "median_us"  # what the study minimises
 DEFAULT_ORIGIN = "enumerate"
 
 
@@ -51,6 +67,8 @@ class IngestReport:
     trials_failed: int = 0
     trials_added: int = 0
     trials_left: int = 0  # already finished
+    verified: int = 0  # genomes verified again (all of the manifest's)
+    verified_cached: int = 0  # of them, answered by the verdict cache
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -59,45 +77,20 @@ class IngestReport:
                     or self.trials_completed or self.trials_failed or self.trials_added)
 
 
-def _fail_reason(m: Measurement) -> str:
-    first = (m.error or "").splitlines()[0] if m.error else ""
-    return f"{m.status}: {first}"[:500] if first else m.status
-
-
-def _user_attrs(genes: dict[str, Any], m: Measurement, run_id: str) -> dict[str, Any]:
-    attrs: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in genes.items()}
-    attrs.update(genome_hash=m.genome_hash, status=m.status, run_id=run_id)
-    if m.status != "ok":
-        attrs["fail_reason"] = _fail_reason(m)
-    return attrs
-
-
-def _optuna_study(
-    store: Store, info: StudyInfo,
-) -> tuple[optuna.Study, optuna.storages.RDBStorage, int]:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = store.optuna_storage()
-    study = optuna.create_study(study_name=info.optuna_study_name, storage=storage,
-                                direction="minimize", load_if_exists=True)
-    return study, storage, storage.get_study_id_from_name(info.optuna_study_name)
-
-
 def tell_study(
     store: Store, info: StudyInfo, told: list[tuple[int, int | None, Any, Measurement]],
     run_id: str, report: IngestReport,
 ) -> None:
-    """Tell Optuna about measured candidates: (candidate id, trial number, genome, measurement)."""
-    import optuna
-    from optuna.trial import TrialState
-
-    study, storage, study_id = _optuna_study(store, info)
+    """Tell Optuna about measured candidates: (candidate id, trial number, genome, measurement),
+    by the driver's own policy (:mod:`tsopt.search.outcomes`)."""
+    study = open_study(store, info.optuna_study_name)
+    storage = study._storage
     for candidate_id, trial_number, genome, m in told:
-        ok = m.status == "ok" and m.median_us is not None
+        outcome = measurement_outcome(m)
         if trial_number is not None:
             try:
-                trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)
+                trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id,
+                                                                           trial_number)
             except KeyError:
                 report.notes.append(f"candidate {m.genome_hash[:12]}: trial {trial_number} is not "
                                     f"in Optuna study {info.optuna_study_name!r}; not told")
@@ -106,31 +99,75 @@ def tell_study(
                 report.trials_left += 1
                 continue
             storage.set_trial_user_attr(trial_id, "run_id", run_id)
-            if ok:
-                study.tell(trial_number, m.median_us)
+            tell(study, trial_number, outcome)
+            if outcome.value is not None:
                 report.trials_completed += 1
             else:
-                storage.set_trial_user_attr(trial_id, "fail_reason", _fail_reason(m))
-                study.tell(trial_number, state=TrialState.FAIL)
                 report.trials_failed += 1
             continue
-        frozen = optuna.trial.create_trial(
-            state=TrialState.COMPLETE if ok else TrialState.FAIL,
-            value=m.median_us if ok else None, params={}, distributions={},
-            user_attrs=_user_attrs(genome.genes, m, run_id),
-        )
-        trial_id = storage.create_new_trial(study_id, template_trial=frozen)
-        store.set_trial_number(candidate_id, storage.get_trial_number_from_id(trial_id))
+        attrs: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v
+                                 for k, v in genome.genes.items()}
+        attrs.update(genome_hash=m.genome_hash, status=m.status, run_id=run_id)
+        number = add_finished_trial(study, outcome, attrs)
+        store.set_trial_number(candidate_id, number)
         report.trials_added += 1
+
+
+def verify_candidates(
+    store: Store, manifest: BundleManifest, report: IngestReport,
+) -> dict[str, tuple[Verdict, str]]:
+    """Verify every genome of the manifest again; BundleError naming the first that does not
+    pass. Returns each genome's verdict and the key it is cached under."""
+    from tsopt.core.dsl_env import ensure_arch
+    from tsopt.core.registry import get_space
+    from tsopt.verify.verifier import VerdictCache, verdict_cache_key, verify_genome
+
+    where = f"bundle of study {manifest.study!r} ({MANIFEST_NAME})"
+    try:
+        ensure_arch(manifest.arch)
+        space = get_space(manifest.space)
+        space.check(manifest.problem)
+    except (UserInputError, ProblemError) as exc:
+        raise BundleError(f"{where}: {exc}") from None
+    if manifest.arch not in space.archs:
+        raise BundleError(f"{where}: arch {manifest.arch!r} is not one space {space.name!r} "
+                          f"builds for ({', '.join(space.archs)})")
+    cache = VerdictCache(lookup=store.find_verdict)
+    verdicts: dict[str, tuple[Verdict, str]] = {}
+    for candidate in manifest.candidates:
+        verdict = verify_genome(candidate.genome, manifest.problem, space=space, cache=cache)
+        report.verified += 1
+        report.verified_cached += verdict.cached
+        if not verdict.valid:
+            raise BundleError(
+                f"{where}: candidate {candidate.genome_hash[:12]}... does not pass verification "
+                f"for {manifest.problem.key}: [{verdict.stage}] {verdict.rule}: "
+                f"{(verdict.message or '').splitlines()[0]}; the bundle is refused, nothing "
+                "was recorded")
+        key = (verdict_cache_key(space, candidate.genome, manifest.problem, verdict.domain)
+               if verdict.stage != "dataflow" else f"dataflow:{candidate.genome_hash}")
+        verdicts[candidate.genome_hash] = (verdict, key)
+    return verdicts
 
 
 def ingest_results(
     store: Store, manifest: BundleManifest, results: BundleResults,
 ) -> IngestReport:
-    """Record ``results`` of ``manifest``'s bundle in ``store`` and tell the study."""
+    """Verify every genome of ``manifest`` again, then record ``results`` in ``store`` and tell
+    the study, all in one transaction (nothing recorded when anything fails)."""
+    report = IngestReport(run_id=results.run_id, study=manifest.study)
+    verdicts = verify_candidates(store, manifest, report)
+    with store.atomic():
+        _record(store, manifest, results, verdicts, report)
+    return report
+
+
+def _record(
+    store: Store, manifest: BundleManifest, results: BundleResults,
+    verdicts: dict[str, tuple[Verdict, str]], report: IngestReport,
+) -> None:
     from tsopt.db.models import ORIGINS
 
-    report = IngestReport(run_id=results.run_id, study=manifest.study)
     existed = store.get_study(manifest.study) is not None
     info = store.create_or_get_study(
         manifest.study, manifest.space, manifest.problem, manifest.arch, sampler="bundle",
@@ -156,13 +193,14 @@ def ingest_results(
             report.candidates_added += 1
         else:
             candidate_id, trial_number = info_row.id, info_row.trial_number
+        verdict, key = verdicts[m.genome_hash]
+        store.record_verdict(candidate_id, manifest.space, key, verdict)
         new = store.record_measurement(candidate_id, m, results.run_id)
         report.measurements_new += new
         report.measurements_known += not new
         told.append((candidate_id, trial_number, candidate.genome, m))
     if told:
         tell_study(store, info, told, results.run_id, report)
-    return report
 
 
 def _print(console: Console, report: IngestReport, bundle: Path) -> None:
@@ -183,6 +221,8 @@ def _print(console: Console, report: IngestReport, bundle: Path) -> None:
             f"{report.trials_failed} failed, {report.trials_added} added, {report.trials_left} "
             "already finished", highlight=False,
         )
+    console.print(f"verified {report.verified} genomes again ({report.verified_cached} from the "
+                  "verdict cache): every one passes", highlight=False)
     for note in report.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
 
@@ -193,8 +233,9 @@ def ingest_bundle(bundle: Path, db_url: str, console: Console | None = None) -> 
 
     console = console or Console()
     bundle = Path(bundle)
-    # The artifacts are not needed to record results (a GPU box may send back results only).
-    manifest = read_manifest(bundle, check_artifacts=False)
+    # The artifacts are not needed to record results (a GPU box may send back results only);
+    # every one that is there is checked against its checksums.
+    manifest = read_manifest(bundle, check_artifacts="present")
     results = read_results(bundle, manifest)
     if results is None:
         raise BundleError(f"{bundle} has not been measured: it has no results.json; run "

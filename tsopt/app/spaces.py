@@ -42,6 +42,7 @@ def spaces_command(
     json_out: Path | None = None,
 ) -> int:
     from tsopt.core.registry import SPACES, get_space, problem_for
+    from tsopt.verify.verifier import judge_for
 
     if name is None:
         table = Table(title="tsopt search spaces", title_justify="left")
@@ -53,6 +54,7 @@ def spaces_command(
             except ImportError as exc:
                 table.add_row(space_name, "?", "?", "?", f"[red]not importable: {exc}[/]")
                 continue
+            space.judge = judge_for(space)  # a stale shipped screen is recomputed, not trusted
             table.add_row(
                 space.name,
                 space.op,
@@ -67,6 +69,7 @@ def spaces_command(
         return 0
 
     space = get_space(name)
+    space.judge = judge_for(space)  # a stale shipped screen is recomputed, not trusted
     prob = problem_for(problem, space.name)
     space.check(prob)
     table = Table(title=f"{space.name}: {space.description}", title_justify="left")

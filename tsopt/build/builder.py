@@ -11,6 +11,13 @@ is a directory lookup.
 Registers and spills are read from the cubin (``--keep-cubin``): the
 register count sits in the kernel's ``.text`` section header, local memory
 (spills and stack) in its ``.nv.info`` attributes.
+
+Builds are bounded in memory (:func:`build_isolated`): a build runs in a child process forked
+for it, under an address-space limit (``RLIMIT_AS``, :func:`build_memory_limit`: 16 GiB or
+three quarters of the machine's memory, whichever is less; ``TSOPT_BUILD_MEMORY`` sets it).
+A build that runs out of it, whether the DSL raises or LLVM aborts the process, is recorded
+as a failed build whose error starts with ``memory:``; the process that asked for it lives
+on.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ import io
 import json
 import os
 import re
+import resource
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -36,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import tsopt
 from tsopt.core.artifact import LIBRARY_NAME, ArtifactManifest, TensorDesc
 from tsopt.core.dsl_env import ArchMismatchError, ensure_arch
+from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
 from tsopt.core.records import BuildResult
@@ -271,7 +281,10 @@ def cubin_resources(cubin: bytes) -> dict[str, int]:
 # --------------------------------------------------------------------------------------
 
 
-def _compile(spec: KernelSpec, arch: str, dump_dir: Path) -> Any:
+def compile_spec(spec: KernelSpec, arch: str, dump_dir: Path) -> Any:
+    """``cute.compile`` of a kernel spec for ``arch``, keeping the cubin in ``dump_dir``; the
+    DSL's chatter is silenced. Returns the compiled kernel (under ``CUTE_DSL_DRYRUN=1``: IR
+    generation only)."""
     import cutlass.cute as cute
 
     sink = io.StringIO()
@@ -323,7 +336,7 @@ def build_candidate(
         spec = space.kernel_spec(genome, problem, arch)
         start = time.perf_counter()
         (staging / "dump").mkdir()
-        compiled = _compile(spec, arch, staging / "dump")
+        compiled = compile_spec(spec, arch, staging / "dump")
         compile_s = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -393,3 +406,179 @@ def build_candidate(
         )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------
+# Bounded builds
+# --------------------------------------------------------------------------------------
+
+BUILD_MEMORY_ENV = "TSOPT_BUILD_MEMORY"
+WORKER_FAILED_TWICE = "build worker failed twice"
+DEFAULT_BUILD_MEMORY = 16 * 2**30
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+# What a build that ran out of address space says (Python, the dynamic loader, LLVM, libc).
+_MEMORY_SIGNS = ("memoryerror", "cannot allocate memory", "bad_alloc",
+                 "failed to map segment", "pthread_create failed", "std::bad_alloc", "enomem",
+                 "resource temporarily unavailable")
+
+
+def parse_memory(text: str, where: str = BUILD_MEMORY_ENV) -> int | None:
+    """``16G``, ``512M``, ``1073741824`` -> bytes; ``0``/``none``/``off`` -> None (no limit);
+    UserInputError naming the text otherwise."""
+    value = text.strip().lower().removesuffix("b").removesuffix("i")
+    if value in ("0", "none", "off", "unlimited"):
+        return None
+    number, unit = (value[:-1], value[-1]) if value and value[-1] in _UNITS else (value, "")
+    try:
+        amount = float(number) * _UNITS[unit]
+    except ValueError:
+        raise UserInputError(f"{where}={text!r} is not an amount of memory like 16G or 512M "
+                             "(0 for no limit)") from None
+    if not amount > 0 or amount != amount or amount == float("inf"):
+        raise UserInputError(f"{where}={text!r} must be a finite, positive amount of memory")
+    return int(amount)
+
+
+def build_memory_limit() -> int | None:
+    """Bytes of address space one build may add: ``$TSOPT_BUILD_MEMORY``, else 16 GiB or three
+    quarters of this machine's memory, whichever is less."""
+    text = os.environ.get(BUILD_MEMORY_ENV)
+    if text is not None:
+        return parse_memory(text)
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return DEFAULT_BUILD_MEMORY
+    return min(DEFAULT_BUILD_MEMORY, physical * 3 // 4)
+
+
+def _address_space() -> int:
+    """This process's virtual memory size in bytes (0 where /proc says nothing)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
+@contextlib.contextmanager
+def address_space_limit(budget: int | None) -> Any:
+    """Let this process's address space grow by at most ``budget`` bytes inside the block."""
+    if budget is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = _address_space() + budget
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _gib(amount: int) -> str:
+    return f"{amount / 2**30:.1f} GiB" if amount >= 2**30 else f"{amount / 2**20:.0f} MiB"
+
+
+def looks_out_of_memory(text: str) -> bool:
+    lowered = text.lower()
+    return any(sign in lowered for sign in _MEMORY_SIGNS)
+
+
+def memory_failure(result: BuildResult, budget: int | None, extra: str = "") -> BuildResult:
+    """A failed build that ran out of its memory limit, recorded as ``memory: ...``."""
+    if result.ok or budget is None or not looks_out_of_memory(f"{result.error or ''} {extra}"):
+        return result
+    why = (result.error or extra).strip().splitlines()[0][:300] if (result.error or extra) else ""
+    return BuildResult(**{**result.to_dict(), "error": (
+        f"memory: the build exceeded its memory limit of {_gib(budget)} "
+        f"(${BUILD_MEMORY_ENV} raises it): {why}")})
+
+
+def build_limited(space: SearchSpace, genome: Genome, problem: Problem, arch: str,
+                  cache_dir: Path | str, budget: int | None) -> BuildResult:
+    """:func:`build_candidate` in this process under the memory ``budget`` (a process that may
+    die: a Ray worker, which Ray replaces)."""
+    with address_space_limit(budget):
+        result = build_candidate(space, genome, problem, arch, cache_dir)
+    return memory_failure(result, budget)
+
+
+def build_isolated(space: SearchSpace, genome: Genome, problem: Problem, arch: str,
+                   cache_dir: Path | str, budget: int | None) -> BuildResult:
+    """:func:`build_candidate` in a child process forked for it, under the memory ``budget``:
+    a build that runs out of memory, even one LLVM aborts, fails alone and is recorded
+    (``memory: ...``); a cached artifact is found without a child. A child that dies for
+    another reason (a compiler crash, a kill) is retried once in a fresh one, like a worker
+    that dies; a second death is recorded as ``build worker failed twice (retried once)``."""
+    key = cache_key(genome, problem, arch, space.source_digest())
+    directory = Path(cache_dir) / key
+    if (directory / "build.json").exists() and (directory / LIBRARY_NAME).exists():
+        return build_candidate(space, genome, problem, arch, cache_dir)
+    if not hasattr(os, "fork"):
+        return build_limited(space, genome, problem, arch, cache_dir, budget)
+    result, died = _build_in_child(space, genome, problem, arch, cache_dir, budget, key)
+    if not died or (result.error or "").startswith("memory:"):
+        return result
+    retried, died = _build_in_child(space, genome, problem, arch, cache_dir, budget, key)
+    if not died or (retried.error or "").startswith("memory:"):
+        return retried
+    return BuildResult(**{**retried.to_dict(),
+                          "error": f"{WORKER_FAILED_TWICE} (retried once): {retried.error}"})
+
+
+def _build_in_child(space: SearchSpace, genome: Genome, problem: Problem, arch: str,
+                    cache_dir: Path | str, budget: int | None,
+                    key: str) -> tuple[BuildResult, bool]:
+    """One forked build; the result, and whether the child died without sending one."""
+    read_end, write_end = os.pipe()
+    log = tempfile.TemporaryFile()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: build, send the record, leave without cleaning up the parent's
+        code = 70
+        try:
+            os.close(read_end)
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            with address_space_limit(budget):
+                result = build_candidate(space, genome, problem, arch, cache_dir)
+            data = json.dumps(result.to_dict()).encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_end, view):]
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - the child reports on stderr and exits
+            with contextlib.suppress(OSError):
+                os.write(2, f"{type(exc).__name__}: {exc}\n".encode(errors="replace"))
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks = []
+    with os.fdopen(read_end, "rb") as pipe:
+        while block := pipe.read(1 << 16):
+            chunks.append(block)
+    _, status = os.waitpid(pid, 0)
+    log.seek(0)
+    tail = _ANSI.sub("", log.read()[-4000:].decode(errors="replace")).strip()
+    log.close()
+    if chunks and os.waitstatus_to_exitcode(status) == 0:
+        return memory_failure(BuildResult.from_dict(json.loads(b"".join(chunks))), budget,
+                              tail), False
+    code = os.waitstatus_to_exitcode(status)
+    how = (f"died from {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+           else f"exited with code {code}")
+    last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
+    failed = BuildResult(
+        genome_hash=genome.hash, problem_key=problem.key, arch=arch, status="error",
+        cache_key=key, error=f"the build process {how}: {last[:500]}" if last else
+        f"the build process {how}",
+        versions={**tool_versions(), "template": space.source_digest()},
+    )
+    return memory_failure(failed, budget, tail), True

@@ -8,18 +8,32 @@ Layout::
 
 ``manifest.json``::
 
-    {"format": "tsopt-bundle", "version": 1, "bundle_id": "<uuid>", "study": ..., "space": ...,
+    {"format": "tsopt-bundle", "version": 2, "bundle_id": "<uuid>", "study": ..., "space": ...,
      "problem": {"op": ..., "dtype": ..., sizes...}, "arch": "sm_90a", "created_at": "<ISO>",
      "candidates": [{"genome_hash": ..., "artifact": "artifacts/<hash>", "genome": {...},
-                     "origin": "enumerate" (optional: how the candidate was proposed)}]}
+                     "files": {"libkernel.so": "<sha256>", "artifact.json": ..., ...},
+                     "origin": "enumerate" (optional: how the candidate was proposed)}],
+     "sha256": "<sha256 of the rest of the document>"}
 
 ``results.json``::
 
-    {"format": "tsopt-bundle-results", "version": 1, "bundle_id": ..., "run_id": "<uuid>",
+    {"format": "tsopt-bundle-results", "version": 2, "bundle_id": ..., "run_id": "<uuid>",
      "device": ..., "driver": ..., "cuda": ..., "torch": ..., "started_at": ..., "updated_at": ...,
      "settings": {"runs": 50, "warmup": 10, "checks": 2}, "environment": {...},
      "baselines": [Baseline...], "measurements": [Measurement...],
-     "baseline_timings": [Baseline...] (optional)}
+     "baseline_timings": [Baseline...] (optional),
+     "measured_files": {"<genome hash>": {"libkernel.so": "<sha256>", ...}},
+     "sha256": "<sha256 of the rest of the document>"}
+
+Checksums: every file of every artifact has its sha256 in the manifest (``files``), checked
+before a GPU machine measures and again at ingest (for the artifacts that came back); each of
+the two JSON documents carries the sha256 of its own canonical content (``sha256``), so a hand
+edit that leaves well-formed values is caught too; and the results record, per measured
+candidate, the checksums of the files that were measured (``measured_files``), which must be
+those the manifest lists. A mismatch names the file.
+
+Results are checked as well as parsed: a correct (``ok``) timing has finite, positive times
+(p10 <= median <= p90) on a device the results name; a failed one has no times.
 
 ``baselines`` holds the first baseline timing of each measuring session (ingest records it);
 ``baseline_timings`` every timing of the run (a measuring worker times the baseline when it
@@ -34,12 +48,16 @@ a message naming the file and the bad value. Standard library only: the GPU side
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import math
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,12 +67,13 @@ from tsopt.core.artifact import LIBRARY_NAME, ArtifactError, ArtifactManifest
 from tsopt.core.artifact import MANIFEST_NAME as ARTIFACT_MANIFEST
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome, GenomeError
+from tsopt.core.names import check_study_name
 from tsopt.core.problem import Problem, ProblemError
 from tsopt.core.records import Measurement
 
 BUNDLE_FORMAT = "tsopt-bundle"
 RESULTS_FORMAT = "tsopt-bundle-results"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 RESULTS_NAME = "results.json"
 ARTIFACTS_DIR = "artifacts"
@@ -62,9 +81,10 @@ ARTIFACTS_DIR = "artifacts"
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 _MANIFEST_KEYS = {
     "format", "version", "bundle_id", "study", "space", "problem", "arch", "created_at",
-    "candidates",
+    "candidates", "sha256",
 }
-_CANDIDATE_KEYS = {"genome_hash", "artifact", "genome", "origin"}
+_CANDIDATE_KEYS = {"genome_hash", "artifact", "genome", "origin", "files"}
+CHECKSUM_KEY = "sha256"
 
 
 class BundleError(UserInputError):
@@ -73,6 +93,42 @@ class BundleError(UserInputError):
 
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def document_sha256(doc: dict[str, Any]) -> str:
+    """The sha256 of a JSON document's canonical form, its own ``sha256`` field left out."""
+    body = {k: v for k, v in doc.items() if k != CHECKSUM_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def with_checksum(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with its ``sha256`` field set to the checksum of the rest."""
+    return {**doc, CHECKSUM_KEY: document_sha256(doc)}
+
+
+def _check_checksum(doc: dict[str, Any], where: str) -> None:
+    recorded = doc.get(CHECKSUM_KEY)
+    if not isinstance(recorded, str) or not _HASH.match(recorded):
+        raise BundleError(f"{where}: field 'sha256' is missing or not a sha256 ({recorded!r})")
+    try:
+        actual = document_sha256(doc)
+    except ValueError:  # a NaN or an infinity: never written by tsopt (allow_nan=False)
+        raise BundleError(f"{where}: holds a NaN or an infinity, which tsopt never writes: "
+                          "the file was edited") from None
+    if actual != recorded:
+        raise BundleError(
+            f"{where} was changed after tsopt wrote it: its content hashes to {actual[:12]}..., "
+            f"the sha256 it records is {recorded[:12]}...")
 
 
 def atomic_write_json(path: Path, doc: Any) -> Path:
@@ -115,9 +171,19 @@ class Baseline:
         if unknown:
             raise ValueError(f"baseline: unknown field(s) {sorted(unknown)}")
         baseline = cls(**doc)
-        if not isinstance(baseline.median_us, int | float) or baseline.median_us <= 0:
-            raise ValueError(f"baseline median_us must be positive, got {baseline.median_us!r}")
+        for key in ("median_us", "p10_us", "p90_us"):
+            value = getattr(baseline, key)
+            if not _positive(value):
+                raise ValueError(f"baseline {key} must be positive, got {value!r}")
+        if not isinstance(baseline.device, str) or not baseline.device:
+            raise ValueError(f"baseline device must be named, got {baseline.device!r}")
         return baseline
+
+
+def _positive(value: Any) -> bool:
+    """A finite number above 0 (a bool is no number here)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
 
 
 @dataclass(frozen=True)
@@ -126,11 +192,12 @@ class BundleCandidate:
     artifact: str
     genome: Genome
     origin: str | None = None
+    files: tuple[tuple[str, str], ...] = ()  # (file name, sha256), sorted by name
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "genome_hash": self.genome_hash, "artifact": self.artifact,
-            "genome": self.genome.to_dict(),
+            "genome": self.genome.to_dict(), "files": dict(self.files),
         }
         if self.origin is not None:
             doc["origin"] = self.origin
@@ -148,12 +215,12 @@ class BundleManifest:
     candidates: tuple[BundleCandidate, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        return with_checksum({
             "format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "bundle_id": self.bundle_id,
             "study": self.study, "space": self.space, "problem": self.problem.to_dict(),
             "arch": self.arch, "created_at": self.created_at,
             "candidates": [c.to_dict() for c in self.candidates],
-        }
+        })
 
     def candidate(self, genome_hash: str) -> BundleCandidate | None:
         return next((c for c in self.candidates if c.genome_hash == genome_hash), None)
@@ -176,12 +243,13 @@ class BundleResults:
     baselines: list[Baseline] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
     baseline_timings: list[Baseline] = field(default_factory=list)  # every timing, for spread
+    measured_files: dict[str, dict[str, str]] = field(default_factory=dict)  # hash -> checksums
 
     def measured_hashes(self) -> set[str]:
         return {m.genome_hash for m in self.measurements}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        return with_checksum({
             "format": RESULTS_FORMAT, "version": BUNDLE_VERSION, "bundle_id": self.bundle_id,
             "run_id": self.run_id, "device": self.device, "driver": self.driver,
             "cuda": self.cuda, "torch": self.torch, "started_at": self.started_at,
@@ -190,7 +258,9 @@ class BundleResults:
             "baselines": [b.to_dict() for b in self.baselines],
             "measurements": [m.to_dict() for m in self.measurements],
             "baseline_timings": [b.to_dict() for b in self.baseline_timings],
-        }
+            "measured_files": {h: dict(sorted(f.items()))
+                               for h, f in sorted(self.measured_files.items())},
+        })
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -229,6 +299,11 @@ def _check_header(doc: Any, where: str, expected_format: str) -> None:
             f"{where} is not a {expected_format} file (its format is {fmt!r}): a foreign file"
         )
     version = doc.get("version")
+    if version == 1:
+        raise BundleError(
+            f"{where}: version 1 was written by an older tsopt, without the checksums this "
+            f"tsopt checks (version {BUNDLE_VERSION}); build the bundle again with `tsopt tune`"
+        )
     if version != BUNDLE_VERSION:
         raise BundleError(
             f"{where}: version {version!r} is not supported (this tsopt reads version "
@@ -272,7 +347,23 @@ def _parse_candidate(doc: Any, index: int, space: str, where: str) -> BundleCand
     origin = doc.get("origin")
     if origin is not None and not isinstance(origin, str):
         raise BundleError(f"{at}: origin {origin!r} is not a string")
-    return BundleCandidate(genome_hash, artifact, genome, origin)
+    files = _parse_files(_require(doc, "files", dict, at), at)
+    return BundleCandidate(genome_hash, artifact, genome, origin, files)
+
+
+def _parse_files(doc: dict[str, Any], where: str) -> tuple[tuple[str, str], ...]:
+    """An artifact's ``files``: every name one of :data:`BUNDLED_FILES`, with a sha256; the
+    artifact manifest and the library always among them."""
+    for name, digest in doc.items():
+        if name not in BUNDLED_FILES:
+            raise BundleError(f"{where}: files lists {name!r}, which is not an artifact file "
+                              f"({', '.join(BUNDLED_FILES)})")
+        if not isinstance(digest, str) or not _HASH.match(digest):
+            raise BundleError(f"{where}: files[{name!r}] = {digest!r} is not a sha256")
+    missing = [n for n in (ARTIFACT_MANIFEST, LIBRARY_NAME) if n not in doc]
+    if missing:
+        raise BundleError(f"{where}: files has no checksum of {', '.join(missing)}")
+    return tuple(sorted(doc.items()))
 
 
 def manifest_from_dict(doc: Any, where: str = MANIFEST_NAME) -> BundleManifest:
@@ -288,6 +379,10 @@ def manifest_from_dict(doc: Any, where: str = MANIFEST_NAME) -> BundleManifest:
     arch = _require(doc, "arch", str, where)
     if not study or not space or not arch:
         raise BundleError(f"{where}: study, space and arch must be non-empty")
+    try:
+        check_study_name(study, "study")
+    except UserInputError as exc:
+        raise BundleError(f"{where}: {exc}") from None
     created_at = _require(doc, "created_at", str, where)
     try:
         datetime.fromisoformat(created_at)
@@ -304,11 +399,28 @@ def manifest_from_dict(doc: Any, where: str = MANIFEST_NAME) -> BundleManifest:
         if c.genome_hash in seen:
             raise BundleError(f"{where}: candidate {c.genome_hash[:12]}... is listed twice")
         seen.add(c.genome_hash)
+    _check_checksum(doc, where)
     return BundleManifest(bundle_id, study, space, problem, arch, created_at, candidates)
 
 
-def check_artifact(path: Path, genome_hash: str, problem: Problem, arch: str) -> None:
-    """The artifact at ``path`` exists and was built for this genome, problem and arch."""
+def check_files(path: Path, files: Iterable[tuple[str, str]]) -> None:
+    """Every listed file of the artifact at ``path`` is there with its recorded sha256;
+    BundleError naming the first that is not."""
+    for name, recorded in files:
+        target = Path(path) / name
+        if not target.is_file():
+            raise BundleError(f"{target}: missing (the manifest lists it with its sha256)")
+        actual = file_sha256(target)
+        if actual != recorded:
+            raise BundleError(
+                f"{target} was changed after the bundle was written: it hashes to "
+                f"{actual[:12]}..., the manifest records {recorded[:12]}...")
+
+
+def check_artifact(path: Path, genome_hash: str, problem: Problem, arch: str,
+                   files: Iterable[tuple[str, str]] = ()) -> None:
+    """The artifact at ``path`` exists, was built for this genome, problem and arch, and each
+    of ``files`` (name, sha256) is there unchanged."""
     path = Path(path)
     try:
         art = ArtifactManifest.read(path)
@@ -332,10 +444,13 @@ def check_artifact(path: Path, genome_hash: str, problem: Problem, arch: str) ->
         )
     if not (path / art.library).is_file():
         raise BundleError(f"{path}: the artifact has no library {art.library!r}")
+    check_files(path, files)
 
 
-def read_manifest(directory: Path, check_artifacts: bool = True) -> BundleManifest:
-    """Read and validate ``manifest.json`` (and, by default, every artifact it lists)."""
+def read_manifest(directory: Path, check_artifacts: bool | str = True) -> BundleManifest:
+    """Read and validate ``manifest.json`` and the artifacts it lists: every one
+    (``check_artifacts=True``: a GPU machine about to measure), those that are there
+    (``"present"``: ingest, as results may come back without the artifacts), or none."""
     directory = Path(directory)
     if not directory.is_dir():
         raise BundleError(f"bundle directory {str(directory)!r} does not exist")
@@ -346,7 +461,10 @@ def read_manifest(directory: Path, check_artifacts: bool = True) -> BundleManife
     manifest = manifest_from_dict(doc, str(path))
     if check_artifacts:
         for c in manifest.candidates:
-            check_artifact(directory / c.artifact, c.genome_hash, manifest.problem, manifest.arch)
+            artifact = directory / c.artifact
+            if check_artifacts == "present" and not artifact.exists():
+                continue
+            check_artifact(artifact, c.genome_hash, manifest.problem, manifest.arch, c.files)
     return manifest
 
 
@@ -383,6 +501,23 @@ def results_from_dict(
             measurements.append(Measurement.from_dict(m))
         except (TypeError, ValueError) as exc:
             raise BundleError(f"{where}: measurements[{i}]: {exc}") from None
+    devices = {text["device"]} | {b.device for b in baselines} | {
+        b.device for b in baseline_timings}
+    devices.discard("")
+    seen: set[str] = set()
+    for i, m in enumerate(measurements):
+        problem = measurement_problem(m, devices)
+        if problem is not None:
+            raise BundleError(f"{where}: measurements[{i}] ({m.genome_hash[:12]}...): {problem}")
+        if m.genome_hash in seen:
+            raise BundleError(f"{where}: measurements[{i}]: genome {m.genome_hash[:12]}... is "
+                              "measured twice in one run")
+        seen.add(m.genome_hash)
+    measured_files = doc.get("measured_files", {})
+    if not isinstance(measured_files, dict):
+        raise BundleError(f"{where}: field 'measured_files' has the wrong type")
+    files = {h: dict(_parse_files(f, f"{where}: measured_files[{h[:12]}...]"))
+             if isinstance(f, dict) else None for h, f in measured_files.items()}
     if manifest is not None:
         for i, m in enumerate(measurements):
             if manifest.candidate(m.genome_hash) is None:
@@ -395,11 +530,58 @@ def results_from_dict(
                     f"{where}: measurements[{i}] is for problem {m.problem_key!r}, the manifest "
                     f"for {manifest.problem.key!r}: mismatched results"
                 )
+            listed = dict(manifest.candidate(m.genome_hash).files)  # type: ignore[union-attr]
+            measured = files.get(m.genome_hash)
+            if measured is None:
+                raise BundleError(f"{where}: measurements[{i}] ({m.genome_hash[:12]}...) has no "
+                                  "checksums of the files it measured (measured_files)")
+            changed = sorted(n for n in set(listed) | set(measured)
+                             if listed.get(n) != measured.get(n))
+            if changed:
+                raise BundleError(
+                    f"{where}: measurements[{i}] ({m.genome_hash[:12]}...) was taken on "
+                    f"{', '.join(changed)} with other checksums than the manifest lists: "
+                    "the artifact changed after it was measured")
+    _check_checksum(doc, where)
     return BundleResults(
         bundle_id=bundle_id, run_id=run_id, settings=settings, environment=environment,
         baselines=baselines, measurements=measurements, baseline_timings=baseline_timings,
-        **text,
+        measured_files={h: f for h, f in files.items() if f is not None}, **text,
     )
+
+
+def measurement_problem(m: Measurement, devices: set[str]) -> str | None:
+    """Why a measurement from a results file cannot be trusted, else None: a correct timing
+    needs finite, positive times (p10 <= median <= p90), at least one run and a device the
+    results name; a failed one carries no times; every figure it has is finite."""
+    for key in ("rate", "rel_err", "ratio", "baseline_median_us", "baseline_rate", "seconds"):
+        value = getattr(m, key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not math.isfinite(value) or value < 0):
+            return f"{key} {value!r} must be a finite number, not negative"
+    times = {key: getattr(m, key) for key in ("median_us", "p10_us", "p90_us")}
+    if m.status != "ok":
+        given = [key for key, value in times.items() if value is not None]
+        if given:
+            return (f"status {m.status!r} with {', '.join(given)} set: a failed candidate has "
+                    "no times")
+        if m.device and m.device not in devices:
+            return f"device {m.device!r} is none of the devices these results name"
+        return None
+    for key, value in times.items():
+        if not _positive(value):
+            return f"status 'ok' with {key} {value!r}: a timing must be finite and positive"
+    if not times["p10_us"] <= times["median_us"] <= times["p90_us"]:  # type: ignore[operator]
+        return (f"p10 {times['p10_us']} <= median {times['median_us']} <= p90 "
+                f"{times['p90_us']} does not hold")
+    if isinstance(m.runs, bool) or not isinstance(m.runs, int) or m.runs < 1:
+        return f"status 'ok' with runs {m.runs!r}: a timing needs at least one run"
+    if not m.device:
+        return "status 'ok' on no device: the device it was timed on is not named"
+    if m.device not in devices:
+        known = ", ".join(sorted(devices)) or "none"
+        return f"device {m.device!r} is none of the devices these results name ({known})"
+    return None
 
 
 def _baselines(docs: list[Any], key: str, where: str) -> list[Baseline]:
@@ -440,18 +622,37 @@ BUNDLED_FILES = (ARTIFACT_MANIFEST, LIBRARY_NAME, "genome.json", "build.json")
 cache (a bundle travels, and hundreds of candidates must fit in one transfer)."""
 
 
-def _copy_artifact(src: Path, dst: Path) -> None:
+def _copy_artifact(src: Path, dst: Path) -> tuple[tuple[str, str], ...]:
+    """Copy an artifact's bundled files; returns their (name, sha256), as copied."""
     # Copy beside the target and rename: a bundle never holds half an artifact.
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
+    files = []
     for name in BUNDLED_FILES:
         if (src / name).exists():
             shutil.copy2(src / name, tmp / name)
+            files.append((name, file_sha256(tmp / name)))
     if dst.exists():
         shutil.rmtree(dst)
     os.replace(tmp, dst)
+    return tuple(sorted(files))
+
+
+@contextmanager
+def bundle_lock(directory: Path) -> Iterator[None]:
+    """Hold the bundle's lock (beside it, not in it): tune processes of one study append to
+    one bundle, and each must read the manifest the last one wrote."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = directory.parent / f".{directory.name}.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
 def write_bundle(
@@ -465,6 +666,15 @@ def write_bundle(
     an appended bundle is for another study/space/problem/arch, or an artifact mismatches.
     """
     directory = Path(directory)
+    check_study_name(study, "study")
+    with bundle_lock(directory):
+        return _write_bundle(directory, study, space, problem, arch, candidates, append)
+
+
+def _write_bundle(
+    directory: Path, study: str, space: str, problem: Problem, arch: str,
+    candidates: Iterable[BundleEntry | tuple[Genome, Path]], append: bool,
+) -> BundleManifest:
     existing: BundleManifest | None = None
     if (directory / MANIFEST_NAME).exists():
         if not append:
@@ -491,11 +701,10 @@ def write_bundle(
         if genome.space != space:
             raise BundleError(f"genome {genome.short_hash} is of space {genome.space!r}, "
                               f"the bundle of space {space!r}")
-        candidate = BundleCandidate(genome.hash, f"{ARTIFACTS_DIR}/{genome.hash}", genome,
-                                    entry.origin)
+        artifact = f"{ARTIFACTS_DIR}/{genome.hash}"
         check_artifact(Path(entry.artifact_dir), genome.hash, problem, arch)
-        _copy_artifact(Path(entry.artifact_dir), directory / candidate.artifact)
-        listed[genome.hash] = candidate
+        files = _copy_artifact(Path(entry.artifact_dir), directory / artifact)
+        listed[genome.hash] = BundleCandidate(genome.hash, artifact, genome, entry.origin, files)
     manifest = BundleManifest(
         manifest.bundle_id, study, space, problem, arch, manifest.created_at,
         tuple(listed.values()),

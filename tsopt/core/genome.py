@@ -37,6 +37,16 @@ GeneValue = int | str | bool | tuple[int, ...]
 
 GENOME_FORMAT = 1
 
+# Bounds on a genome's size, checked before anything parses further: a real genome has a few
+# dozen ops and genes (the GEMM's is under 2 kB); a 44 MB genome of 2 million ops once kept
+# the verifier busy for minutes.
+MAX_GENOME_BYTES = 1_000_000
+MAX_GENOME_TASKS = 64
+MAX_GENOME_OPS = 4096
+MAX_GENOME_GENES = 512
+MAX_GENE_TEXT = 256
+MAX_GENE_TUPLE = 64
+
 
 class GenomeError(ValueError):
     """A genome document is malformed; the message names the bad field/value."""
@@ -85,8 +95,14 @@ class TaskSchedule:
 
 
 def _freeze_value(name: str, value: Any) -> GeneValue:
+    if isinstance(value, str) and len(value) > MAX_GENE_TEXT:
+        raise GenomeError(f"gene {name!r}: a text of {len(value)} characters (at most "
+                          f"{MAX_GENE_TEXT})")
     if isinstance(value, bool | int | str):
         return value
+    if isinstance(value, list | tuple) and len(value) > MAX_GENE_TUPLE:
+        raise GenomeError(f"gene {name!r}: a tuple of {len(value)} values (at most "
+                          f"{MAX_GENE_TUPLE})")
     if isinstance(value, list | tuple) and all(
         isinstance(v, int) and not isinstance(v, bool) for v in value
     ):
@@ -97,7 +113,9 @@ def _freeze_value(name: str, value: Any) -> GeneValue:
 def _freeze_genes(
     genes: Mapping[str, Any] | Iterable[tuple[str, Any]],
 ) -> tuple[tuple[str, GeneValue], ...]:
-    items = genes.items() if isinstance(genes, Mapping) else genes
+    items = list(genes.items() if isinstance(genes, Mapping) else genes)
+    if len(items) > MAX_GENOME_GENES:
+        raise GenomeError(f"genome has {len(items)} genes in one part (at most {MAX_GENOME_GENES})")
     frozen = {}
     for name, value in items:
         if not isinstance(name, str) or not name:
@@ -123,6 +141,10 @@ class Genome:
         object.__setattr__(self, "numeric", _freeze_genes(self.numeric))
         object.__setattr__(self, "schedule", tuple(self.schedule))
         names = [t.task for t in self.schedule]
+        if len(names) > MAX_GENOME_TASKS or sum(len(t.ops) for t in self.schedule) > MAX_GENOME_OPS:
+            raise GenomeError(f"genome of {len(names)} tasks and "
+                              f"{sum(len(t.ops) for t in self.schedule):,} ops is beyond the "
+                              f"bounds ({MAX_GENOME_TASKS} tasks, {MAX_GENOME_OPS:,} ops)")
         if len(names) != len(set(names)):
             raise GenomeError(f"duplicate task names in schedule: {names}")
         clash = set(dict(self.structure)) & set(dict(self.numeric))
@@ -232,6 +254,7 @@ class Genome:
         schedule = doc.get("schedule", {})
         if not isinstance(schedule, dict):
             raise GenomeError(f"'schedule' must be an object of task -> ops, got {schedule!r}")
+        _check_schedule_size(schedule)
         tasks = []
         for task, ops in schedule.items():
             if not isinstance(ops, list):
@@ -261,6 +284,9 @@ class Genome:
 
     @classmethod
     def from_json(cls, text: str) -> Genome:
+        if len(text) > MAX_GENOME_BYTES:
+            raise GenomeError(f"genome is {len(text):,} bytes of JSON; a genome has at most "
+                              f"{MAX_GENOME_BYTES:,}")
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -271,3 +297,12 @@ class Genome:
         """One line for logs and tables."""
         genes = ", ".join(f"{k}={v}" for k, v in sorted(self.genes.items()))
         return f"{self.space}[{self.short_hash}] {genes}"
+
+
+def _check_schedule_size(schedule: dict[Any, Any]) -> None:
+    """Refuse a schedule beyond the size bounds before any op of it is parsed."""
+    if len(schedule) > MAX_GENOME_TASKS:
+        raise GenomeError(f"genome schedules {len(schedule)} tasks (at most {MAX_GENOME_TASKS})")
+    ops = sum(len(v) for v in schedule.values() if isinstance(v, list))
+    if ops > MAX_GENOME_OPS:
+        raise GenomeError(f"genome places {ops:,} ops (at most {MAX_GENOME_OPS:,})")

@@ -128,6 +128,10 @@ class Measurement:
     (``rate_unit`` says which). ``ratio`` is baseline time / candidate time, so
     above 1 means faster than the vendor baseline. Only ``status == "ok"``
     rows carry timings that may be ranked.
+
+    A paired measurement (the candidate and the baseline alternating in rounds) also carries
+    ``ratio_lo``/``ratio_hi`` (the 95 % interval of the median ratio over ``rounds`` rounds)
+    and ``conditions``: the GPU's clocks, power and throttle reasons while it ran.
     """
 
     genome_hash: str
@@ -150,9 +154,19 @@ class Measurement:
     torch: str = ""
     error: str | None = None
     seconds: float = 0.0
+    ratio_lo: float | None = None
+    ratio_hi: float | None = None
+    rounds: int = 0
+    conditions: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def abnormal(self) -> tuple[str, ...]:
+        """What the GPU's readings showed beyond its normal power cap (thermal or hardware
+        slowdown, a collapsed clock): such a timing is flagged, not ranked as is."""
+        return tuple(self.conditions.get("abnormal", ()))
 
     @classmethod
     def from_dict(cls, doc: Any) -> Measurement:

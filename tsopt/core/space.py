@@ -10,20 +10,37 @@ Roles elsewhere only talk to this interface: the verifier
 (``tsopt.verify.verifier``) calls :meth:`SearchSpace.dataflow_error`,
 :meth:`SearchSpace.build_skeleton` and :meth:`SearchSpace.tsopt_checks`; the
 builder (``tsopt.build.builder``) calls :meth:`SearchSpace.kernel_spec`; the driver
-calls :meth:`SearchSpace.enumerate` or :meth:`SearchSpace.suggest`.
+calls :meth:`SearchSpace.enumerate` or :meth:`SearchSpace.suggest`; the funnel count
+(``tsopt.verify.funnel``) calls :meth:`SearchSpace.funnel`; the report's schedule drawing
+calls :meth:`SearchSpace.schedule_view`.
+
+A space never imports the verifier (both are roles, and roles do not import each other).
+Where a space needs verdicts (its funnel, the screens that focus its sampler) the caller
+injects a :data:`Judge`: the funnel receives one as an argument, the screens read
+:attr:`SearchSpace.judge`.
 """
 
 from __future__ import annotations
 
+import random
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from tsopt.core.genome import GeneValue, Genome
+from tsopt.core.genome import GeneValue, Genome, Section
 from tsopt.core.problem import Problem, ProblemError
+from tsopt.core.records import Verdict
 
 KnobKind = Literal["structural", "numeric"]
+
+Judge = Callable[[Genome, Problem], Verdict]
+"""``judge(genome, problem) -> Verdict``: the verifier, injected by whoever holds one (the
+app, the driver: ``tsopt.verify.verifier.verify_genome`` bound to a space and a cache)."""
+
+Progress = Callable[[str, int, int], None]
+"""``progress(stage description, done, total)``; total 0 when unknown."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,76 @@ class Knob:
             "choices": list(self.choices),
             "doc": self.doc,
         }
+
+
+GeneKind = Literal["int", "bool", "str", "ints"]
+
+
+def gene_kind(value: GeneValue) -> GeneKind:
+    """The kind of a gene value (a bool is not an int here, whatever Python says)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, str):
+        return "str"
+    return "ints"
+
+
+_KIND_WORDS: dict[str, str] = {"int": "an integer", "bool": "true or false", "str": "a text",
+                               "ints": "a list of integers"}
+
+
+@dataclass(frozen=True)
+class GeneDomain:
+    """The values one gene may take: its kind, then a closed set of ``choices``, or a range
+    ``low``..``high`` (either end open when None), or a regular expression ``pattern`` for a
+    text. :meth:`SearchSpace.gene_domains` declares one per gene."""
+
+    name: str
+    kind: GeneKind
+    choices: tuple[GeneValue, ...] | None = None
+    low: int | None = None
+    high: int | None = None
+    pattern: str | None = None
+
+    def error(self, value: GeneValue) -> str | None:
+        """Why ``value`` is not a value of this gene (naming the gene), else None."""
+        kind = gene_kind(value)
+        if kind != self.kind:
+            return (f"gene {self.name!r} is {value!r} ({_KIND_WORDS[kind]}); it must be "
+                    f"{_KIND_WORDS[self.kind]}")
+        if self.choices is not None and value not in self.choices:
+            shown = ", ".join(repr(c) for c in self.choices[:12])
+            more = f", ... ({len(self.choices)} in all)" if len(self.choices) > 12 else ""
+            return f"gene {self.name!r} is {value!r}; it must be one of {shown}{more}"
+        if kind == "int":
+            assert isinstance(value, int)
+            if (self.low is not None and value < self.low) or (
+                    self.high is not None and value > self.high):
+                low = "" if self.low is None else str(self.low)
+                high = "" if self.high is None else str(self.high)
+                return f"gene {self.name!r} is {value}; it must lie in {low}..{high}"
+        if kind == "str" and self.pattern is not None:
+            assert isinstance(value, str)
+            if not re.fullmatch(self.pattern, value):
+                return f"gene {self.name!r} is {value!r}; it must match {self.pattern!r}"
+        return None
+
+
+def genome_schema_error(space: str, domains: dict[str, GeneDomain], genome: Genome) -> str | None:
+    """Why ``genome`` does not fit the schema ``domains`` of space ``space`` (the first bad
+    gene, named), else None; see :meth:`SearchSpace.schema_error`."""
+    if genome.space != space:
+        return f"genome is of space {genome.space!r}, not {space!r}"
+    genes = genome.genes
+    for name, domain in domains.items():
+        if name not in genes:
+            return f"genome has no gene {name!r} (a {space} genome has one)"
+        error = domain.error(genes[name])
+        if error is not None:
+            return error
+    return None
 
 
 @dataclass(frozen=True)
@@ -102,6 +189,90 @@ class Enumeration:
     dataflow_legal: int = 0
 
 
+@dataclass(frozen=True)
+class FunnelCount:
+    """A space's own count of its funnel, from a factorisation of its genome.
+
+    Counts at each gate: ``raw`` (every knob combination), ``dataflow_legal``, ``ts_valid``
+    (the TS verifier accepts it; tsopt's checks may still reject it), ``tsopt_checked``
+    (both accept it). ``method`` says how they were counted. A factorised count rests on
+    assumptions about TS; ``draw`` (a random genome of the space) and ``predicted`` (whether
+    the factorisation says that genome is TS-valid) let the caller test them against full
+    verification (``tsopt.verify.funnel.check_factorisation``).
+    """
+
+    raw: int
+    dataflow_legal: int
+    ts_valid: int
+    tsopt_checked: int
+    method: str
+    draw: Callable[[random.Random], Genome] | None = None
+    predicted: Callable[[Genome], bool] | None = None
+
+
+OpKind = Literal["acquire", "commit", "wait", "release", "work"]
+
+_SYNC_KINDS: dict[str, OpKind] = {
+    "try_acquire": "acquire",
+    "acquire": "acquire",
+    "commit": "commit",
+    "try_wait": "wait",
+    "wait": "wait",
+    "release": "release",
+}
+
+
+def op_kind(name: str) -> OpKind:
+    """The pipeline role of an op from its name (``acquire``, ``smem.release``); else work.
+
+    Only a whole name segment counts, so a work call such as ``wgmma_wait``
+    stays work.
+    """
+    for segment in reversed(re.split(r"[.:/\s]+", name)):
+        if segment in _SYNC_KINDS:
+            return _SYNC_KINDS[segment]
+    return "work"
+
+
+@dataclass(frozen=True)
+class OpView:
+    """One placed op as a schedule drawing shows it: name, section and pipeline role."""
+
+    name: str
+    section: Section
+    kind: OpKind
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "section": self.section, "kind": self.kind}
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """One task's lane: its warps (first..last inclusive, None if unknown) and ops in order."""
+
+    task: str
+    first_warp: int | None
+    last_warp: int | None
+    ops: tuple[OpView, ...]
+
+    @property
+    def warps_label(self) -> str:
+        if self.first_warp is None or self.last_warp is None:
+            return "warps ?"
+        if self.first_warp == self.last_warp:
+            return f"warp {self.first_warp}"
+        return f"warps {self.first_warp}\u2013{self.last_warp}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "warps": self.warps_label,
+            "first_warp": self.first_warp,
+            "last_warp": self.last_warp,
+            "ops": [op.to_dict() for op in self.ops],
+        }
+
+
 class SearchSpace(ABC):
     """A TS kernel template with knobs. Subclasses register in :data:`tsopt.core.registry.SPACES`."""
 
@@ -110,6 +281,11 @@ class SearchSpace(ABC):
     description: ClassVar[str]
     archs: ClassVar[tuple[str, ...]] = ("sm_90a",)
     dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16")
+
+    judge: Judge | None = None
+    """The verifier, injected by the caller (``space.judge = ...``) before :meth:`knobs` or
+    :meth:`suggest` when the space's shipped screens may be stale: a space recomputes a
+    stale screen with it, and without one refuses to use it (it never trusts it silently)."""
 
     # -- problems and knobs ----------------------------------------------------------
     def check(self, problem: Problem) -> None:
@@ -144,6 +320,19 @@ class SearchSpace(ABC):
     def suggest(self, trial: Any, problem: Problem) -> Genome:
         """A genome from an Optuna trial (``trial.suggest_categorical`` per knob)."""
 
+    def funnel(
+        self, problem: Problem, judge: Judge, progress: Progress | None = None
+    ) -> FunnelCount | None:
+        """Count raw -> dataflow-legal -> TS-valid -> tsopt-checked for ``problem``, judging
+        with ``judge``, without verifying every genome (a raw space is far too large).
+
+        A space whose genome factors (placements, layout, the rest) verifies each factor
+        with ``judge`` and multiplies the counts out; its :class:`FunnelCount` carries the
+        ``draw``/``predicted`` pair that tests the factorisation. Default: None, the space
+        has no factorisation, and the caller verifies every enumerated genome instead.
+        """
+        return None
+
     def params_of(self, genome: Genome) -> dict[str, Any]:
         """The Optuna parameters :meth:`suggest` would need to return ``genome`` (to enqueue a
         known schedule, e.g. the seed, as a trial). Default: knob names are gene names."""
@@ -168,6 +357,44 @@ class SearchSpace(ABC):
     def tsopt_checks(self, genome: Genome, problem: Problem) -> list[Finding]:
         """Hazards TS does not see (warp overlap, launch shape, stage identity, SMEM, registers...)."""
 
+    def gene_domains(self, problem: Problem) -> dict[str, GeneDomain]:
+        """What each gene of this space may be for ``problem``: the genome schema, checked
+        (:meth:`schema_error`) before anything else judges a genome.
+
+        Default, from :meth:`seed_genome` and :meth:`knobs`: every gene of the seed, of the
+        seed's kind. A gene that is a knob of its own name takes the knob's choices (and the
+        seed's value) when it is a text or a flag, and lies between the least and the greatest
+        of them when it is an integer; any other integer gene is at least 0. A space declares
+        exact ranges by overriding this.
+        """
+        seed = self.seed_genome(problem)
+        knobs = {k.name: k for k in self.knobs(problem)}
+        domains: dict[str, GeneDomain] = {}
+        for name, value in seed.genes.items():
+            kind = gene_kind(value)
+            knob = knobs.get(name)
+            choices = None if knob is None else tuple(
+                c for c in knob.choices if gene_kind(c) == kind)
+            if choices is not None and value not in choices:
+                choices += (value,)
+            if kind in ("bool", "str") and choices:
+                domains[name] = GeneDomain(name, kind, choices=choices)
+            elif kind == "int" and choices:
+                numbers = [int(c) for c in choices]  # type: ignore[call-overload]
+                domains[name] = GeneDomain(name, kind, low=min(numbers), high=max(numbers))
+            elif kind == "int":
+                domains[name] = GeneDomain(name, kind, low=0)
+            else:
+                domains[name] = GeneDomain(name, kind)
+        return domains
+
+    def schema_error(self, genome: Genome, problem: Problem) -> str | None:
+        """Why ``genome`` does not fit this space's genome schema (:meth:`gene_domains`),
+        naming the first bad gene: of another space, a gene missing, of the wrong kind or out
+        of its range or choices. None when it fits. Genes the schema does not declare are the
+        space's own checks' to judge."""
+        return genome_schema_error(self.name, self.gene_domains(problem), genome)
+
     def verify_domain(self, genome: Genome) -> int:
         """Iterations for host verification: at least stages + 2 (MEASURED.md)."""
         stages = genome.get("stages", 1)
@@ -177,6 +404,16 @@ class SearchSpace(ABC):
     @abstractmethod
     def verdict_key(self, genome: Genome, problem: Problem) -> str:
         """A key of only the genes (and problem facts) that can change the verdict."""
+
+    # -- reports ---------------------------------------------------------------------
+    def schedule_view(self, genome: Genome) -> list[TaskView] | None:
+        """The genome's schedule as lanes to draw: each task with the warps that run it and
+        its placed ops. Which warps run which task is a fact of the template, so a space
+        whose warp layout its gene names do not spell out (``<task>_warp``,
+        ``<task>_warps``...) draws its own. Default: None, the report derives the lanes from
+        the genome's genes (``tsopt.reports.schedule.generic_schedule_view``).
+        """
+        return None
 
     # -- build -----------------------------------------------------------------------
     def source_digest(self) -> str:

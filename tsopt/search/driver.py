@@ -27,6 +27,13 @@ database already holds for that candidate (verdict, build, measurement) is
 used as is, so nothing is built or measured twice. Ctrl-C stops asking,
 lets the candidates in flight finish, marks the study ``interrupted`` and
 returns 130; a second Ctrl-C stops at once (the next run resumes).
+
+Several processes may run the same study on the same database at once. Each registers a run
+(pid, host, a heartbeat every few seconds) and marks every trial it asks or takes up with its
+run id. Asking happens under the study's lock across processes, after counting the study's
+trials, so ``--trials N`` holds across all of them; a run takes up only the RUNNING trials of
+runs that are gone; and a candidate is claimed by the run that evaluates it, so no genome is
+built twice: a run proposing a genome another live run holds waits for that run's outcome.
 A build that fails or a worker that dies after the Ctrl-C is not recorded (the
 signal may have reached the compiler or the worker): its trial stays RUNNING and
 the next run takes it up.
@@ -34,8 +41,8 @@ the next run takes it up.
 
 from __future__ import annotations
 
-import math
 import signal
+import threading
 import time
 import uuid
 from collections import deque
@@ -45,61 +52,64 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from tsopt.build.builder import WORKER_FAILED_TWICE
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.records import BuildResult, Measurement, Verdict
 from tsopt.db.models import ORIGINS
-from tsopt.search.pipeline import (
-    EvaluateRequest,
-    Evaluation,
-    MeasureQueue,
-    evaluate,
-    space_target,
-    verdict_key_of,
-)
+from tsopt.search.outcomes import Outcome, open_study, outcome_of, tell
+from tsopt.search.pipeline import EvaluateRequest, space_target, verdict_key_of
+from tsopt.search.pools.inline import InlineMeasurePool
+from tsopt.search.pools.protocol import BuildDone, BuildPool, MeasureDone, MeasurePool, MeasureRequest
+from tsopt.search.pools.serial import SerialBuildPool
 from tsopt.search.progress import TuneProgress, TuneStats, print_summary
+from tsopt.search.request import TuneRequest
 
 if TYPE_CHECKING:
     from tsopt.core.space import SearchSpace
     from tsopt.db.store import Store
     from tsopt.db.views import CandidateInfo
-    from tsopt.search.tune import TuneRequest
 
 POLL_S = 0.2
 EXIT_INTERRUPTED = 130
+RUN_ATTR = "tsopt_run"  # the user attribute of a trial naming the run that works on it
+FOREIGN_POLL_S = 0.5  # how often a run looks for the outcome of a candidate another run holds
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What a trial is told: a time (COMPLETE) or a state (PRUNED/FAIL) and its reasons."""
+@dataclass
+class ForeignWait:
+    """A trial whose genome a live run of another process is evaluating: told its outcome
+    when that run records it (or taken up when that run is gone)."""
 
-    value: float | None = None
-    state: str = "complete"  # complete | pruned | fail
-    attrs: dict[str, Any] = field(default_factory=dict)
+    trial: Any
+    genome: Genome
+    origin: str
+    candidate_id: int
+    label: str
 
-    def duplicate(self, of: str) -> Outcome:
-        return Outcome(self.value, self.state, {**self.attrs, "duplicate_of": of})
 
+class Heartbeat:
+    """Writes this run's heartbeat every :data:`tsopt.db.store.HEARTBEAT_S` from a thread of
+    its own (a build in this process can take minutes), so other processes know it is alive."""
 
-def outcome_of(verdict: Verdict | None, build: BuildResult | None,
-               measurement: Measurement | None) -> Outcome | None:
-    """The outcome recorded so far, or None while the candidate is unfinished."""
-    if verdict is None:
-        return None
-    if not verdict.valid:
-        return Outcome(state="pruned",
-                       attrs={"rejected": f"{verdict.rule}: {verdict.message}"[:500]})
-    if build is None:
-        return None
-    if not build.ok:
-        return Outcome(state="fail", attrs={"build_error": (build.error or "")[:500]})
-    if measurement is None:
-        return None
-    if measurement.status == "ok" and measurement.median_us is not None:
-        return Outcome(value=measurement.median_us)
-    first = (measurement.error or "").strip().splitlines()[0] if measurement.error else ""
-    return Outcome(state="fail",
-                   attrs={"measure_failed": f"{measurement.status}: {first}"[:500]})
+    def __init__(self, store: Store, run_id: str, every: float) -> None:
+        self.store, self.run_id, self.every = store, run_id, every
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="tsopt-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.store.heartbeat(self.run_id)
+            except UserInputError as exc:  # the database became unusable: the loop says so
+                self.error = str(exc)
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.every + 5)
 
 
 @dataclass
@@ -126,77 +136,10 @@ class Job:
         return "seed" if self.trial is None else f"trial {self.trial.number}"
 
 
-class SerialPool:
-    """Evaluates in this process, one candidate at a time (``--workers 0``)."""
-
-    slots = 1
-
-    def __init__(self) -> None:
-        self._done: list[tuple[Any, Evaluation | str]] = []
-
-    def free(self) -> int:
-        return 0 if self._done else 1
-
-    def busy(self) -> int:
-        return len(self._done)
-
-    def submit(self, tag: Any, request: EvaluateRequest) -> None:
-        self._done.append((tag, evaluate(request)))
-
-    def poll(self, timeout: float) -> list[tuple[Any, Evaluation | str]]:
-        done, self._done = self._done, []
-        return done
-
-    def close(self) -> None:
-        self._done.clear()
-
-
-class InlineMeasurePool(MeasureQueue):
-    """Measures on this machine's GPU through one persistent watchdog measurer."""
-
-    slots = 1
-
-    def __init__(self, runs: int = 50, warmup: int = 10, checks: int = 2) -> None:
-        super().__init__()
-        self.runs, self.warmup, self.checks = runs, warmup, checks
-        self.measurer: Any = None
-
-    def pending(self) -> int:
-        return len(self._queue)
-
-    def poll(self, timeout: float) -> list[tuple[Any, int, dict[str, Any] | str]]:
-        from tsopt.core.problem import Problem
-        from tsopt.workers.watchdog import MeasureError, open_measurer
-
-        if not self._queue:
-            return []
-        tag, artifact_dir, genome_hash, problem_doc = self._queue.popleft()
-        problem = Problem.from_dict(problem_doc)
-        start = time.monotonic()
-        try:
-            if self.measurer is None:
-                self.measurer = open_measurer("worker", self.runs, self.warmup, self.checks)
-            measured = self.measurer.measure(Path(artifact_dir), genome_hash, problem)
-        except MeasureError as exc:
-            return [(tag, 0, {"error": str(exc)})]
-        probe = self.measurer.probes.get(problem.key)
-        return [(tag, 0, {"measurement": measured.to_dict(),
-                          "baseline": probe.baseline.to_dict() if probe is not None else None,
-                          "pid": self.measurer.last_pid, "seconds": time.monotonic() - start})]
-
-    def close(self) -> list[str]:
-        if self.measurer is None:
-            return []
-        self.measurer.close()
-        summary = self.measurer.stats.summary()
-        self.measurer = None
-        return [summary]
-
-
 def _gpu_here(mode: str) -> bool:
     if mode == "never":
         return False
-    from tsopt.workers.watchdog import gpu_present
+    from tsopt.workers.machine import gpu_present
 
     present = gpu_present()
     if mode == "always" and not present:
@@ -227,9 +170,13 @@ class Driver:
         self.run_ids: dict[int, str] = {}
         self.baselines_recorded: set[tuple[str, str]] = set()
         self.cluster: Any = None
-        self.pool: Any = None
-        self.measure_pool: Any = None
+        self.pool: BuildPool = SerialBuildPool()
+        self.measure_pool: MeasurePool | None = None
         self.started = time.monotonic()
+        self.run_id = str(uuid.uuid4())
+        self.heartbeat: Heartbeat | None = None
+        self.foreign: list[ForeignWait] = []
+        self.next_foreign_poll = 0.0
 
     # -- set-up ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -240,12 +187,15 @@ class Driver:
         from tsopt.core.dsl_env import ensure_arch
         from tsopt.core.registry import get_space
         from tsopt.db.store import Store
-        from tsopt.search.samplers import KnobView, make_sampler, parse_restrictions
+        from tsopt.search.samplers import KnobView, parse_restrictions
+        from tsopt.verify.verifier import judge_for
 
         request = self.request
         request.validate()
         ensure_arch(request.arch)
         space = get_space(request.space)
+        # A space screens its knobs with the verifier, which it may not import: it is handed one.
+        space.judge = judge_for(space)
         space.check(request.problem)
         if request.arch not in space.archs:
             raise UserInputError(f"--arch {request.arch!r}: space {space.name!r} builds for "
@@ -258,51 +208,66 @@ class Driver:
 
         self.store: Store = Store(request.db_url)
         self.name = request.study_name()
+        # Optuna's side of the database first: one it cannot use must not leave a study behind.
+        self.store.optuna_storage().engine.dispose()
         info = self.store.create_or_get_study(
             self.name, space.name, request.problem, request.arch, request.sampler,
             {"trials": request.trials, "time_budget_s": request.time_budget_s,
              "seed": request.seed, "knobs": list(request.knobs)},
         )
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = optuna.create_study(
-            study_name=self.name, storage=self.store.optuna_storage(), direction="minimize",
-            load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=request.seed))
+        self.study = open_study(self.store, self.name,
+                                optuna.samplers.RandomSampler(seed=request.seed))
         trials = self.study.get_trials(deepcopy=False)
-        # A resumed run must not replay the first run's random stream (its proposals would all
-        # be known genomes): the seed moves on with the study's length, deterministically.
-        # Not the grid's: its seed orders the grid points, which trials refer to by number.
-        seed = request.seed if request.sampler == "grid" else resumed_seed(request.seed,
-                                                                            len(trials))
-        self.sampler = self.injected_sampler or make_sampler(request.sampler, seed, self.view)
-        self.study.sampler = self.sampler
         recorded_knobs = list(info.config.get("knobs", []))
         if trials and recorded_knobs != list(request.knobs):
             raise UserInputError(
                 f"study {self.name!r} was run with knob restrictions {recorded_knobs or 'none'}; "
                 f"this run asks for {list(request.knobs) or 'none'}: Optuna cannot change a "
                 "parameter's choices within a study; pass --study NAME for a new one")
-        self.store.set_study_status(self.name, "running")
-        self.recorded: dict[str, CandidateInfo] = {c.genome_hash: c
-                                                   for c in self.store.candidates(self.name)}
-        self.asked = sum(1 for t in trials if t.state != optuna.trial.TrialState.WAITING)
-        self._patience_history(trials)
-        self.bundle_dir = request.bundle_dir or Path(".tsopt") / "bundles" / self.name
-        if request.warm_start and not trials:
-            self._warm_start()
+        others = self.store.start_run(self.name, self.run_id)
+        try:
+            return self._run(request, trials, others)
+        finally:
+            self.store.close()
+
+    def _run(self, request: TuneRequest, trials: list[Any], others: int) -> int:
+        """The run once it is registered: its sampler, the search, the run's end recorded."""
+        import optuna
+
+        from tsopt.db.store import HEARTBEAT_S
+        from tsopt.search.samplers import make_sampler
+
+        # A resumed run must not replay the first run's random stream (its proposals would all
+        # be known genomes): the seed moves on with the study's length, deterministically; and
+        # with the runs of other processes alive at the start, so that runs started together
+        # do not propose the same genomes. Not the grid's: its seed orders the grid points,
+        # which trials refer to by number.
+        seed = request.seed if request.sampler == "grid" else resumed_seed(
+            request.seed, len(trials) + others * 104_729)
+        self.sampler = self.injected_sampler or make_sampler(request.sampler, seed, self.view)
+        self.study.sampler = self.sampler
+        heartbeat = Heartbeat(self.store, self.run_id, HEARTBEAT_S)
+        self.heartbeat = heartbeat
         interrupted_before = signal.getsignal(signal.SIGINT)
         code = EXIT_INTERRUPTED
         try:
+            self.recorded: dict[str, CandidateInfo] = {
+                c.genome_hash: c for c in self.store.candidates(self.name)}
+            self.asked = sum(1 for t in trials if t.state != optuna.trial.TrialState.WAITING)
+            self._patience_history(trials)
+            self.bundle_dir = request.bundle_dir or Path(".tsopt") / "bundles" / self.name
+            if request.warm_start and not trials:
+                self._warm_start()
             signal.signal(signal.SIGINT, self._on_sigint)
             self._start_workers()
             code = self._search()
         finally:
             signal.signal(signal.SIGINT, interrupted_before)
+            heartbeat.stop()
             self._close_workers()
-            status = "interrupted" if code == EXIT_INTERRUPTED else "finished"
-            try:
-                self.store.set_study_status(self.name, status)
-            finally:
-                self.store.close()
+            # The study stays ``running`` while a run of another process is alive.
+            self.store.finish_run(self.run_id,
+                                  "interrupted" if code == EXIT_INTERRUPTED else "finished")
         return code
 
     def _on_sigint(self, _signum: int, _frame: Any) -> None:
@@ -372,7 +337,7 @@ class Driver:
                                f"({self.cluster.cpus} CPUs, {self.cluster.gpus} GPUs)",
                                highlight=False)
         else:
-            self.pool = SerialPool()
+            self.pool = SerialBuildPool()
             if self.measure_pool is None and _gpu_here(request.measure):
                 self.measure_pool = InlineMeasurePool()
                 self.run_ids = {0: f"inline-{uuid.uuid4()}"}
@@ -398,13 +363,14 @@ class Driver:
             while True:
                 self._fill()
                 timeout = POLL_S if self.pool.busy() else 0.0
-                for job, evaluation in self.pool.poll(timeout):
-                    self._evaluated(job, evaluation)
+                for built in self.pool.poll(timeout):
+                    self._evaluated(built)
                 if self.measure_pool is not None:
                     busy = self.pool.busy() or self.to_evaluate
-                    for job, index, result in self.measure_pool.poll(0.0 if busy else POLL_S):
-                        self._measured(job, index, result)
+                    for measured in self.measure_pool.poll(0.0 if busy else POLL_S):
+                        self._measured(measured)
                 self._flush_bundle()
+                self._poll_foreign()
                 progress.update(self.asked, self._time_left())
                 if self._idle() and not self._may_ask():
                     break
@@ -426,7 +392,8 @@ class Driver:
 
     def _idle(self) -> bool:
         measuring = self.measure_pool.pending() if self.measure_pool is not None else 0
-        return not (self.pool.busy() or self.to_evaluate or measuring or self.to_bundle)
+        return not (self.pool.busy() or self.to_evaluate or measuring or self.to_bundle
+                    or self.foreign)
 
     def _may_ask(self) -> bool:
         from tsopt.search.samplers import grid_exhausted
@@ -434,8 +401,10 @@ class Driver:
         request = self.request
         if self.interrupted or self.stop_reason:
             return False
-        if self.asked >= request.trials:
+        if request.trials is not None and self.asked >= request.trials:
             self.stop_reason = "trials"
+        elif (spent := self._candidate_budget_spent()) is not None:
+            self.stop_reason = spent
         elif request.time_budget_s is not None and (
                 time.monotonic() - self.started > request.time_budget_s):
             self.stop_reason = f"time budget of {request.time_budget_s:.0f} s reached"
@@ -454,6 +423,22 @@ class Driver:
                                                               self.measure_pool.slots))
         return True
 
+    def _candidate_budget_spent(self) -> str | None:
+        """Why --built or --measured ends the run, else None: the study's totals (as --trials),
+        read from the database, so that runs sharing a study share these budgets too."""
+        request = self.request
+        if request.built is None and request.measured is None:
+            return None
+        if request.measured is not None and self.measure_pool is None:
+            return (f"--measured {request.measured}: nothing is measured on this machine (no GPU); "
+                    "built candidates go to the bundle: bound them with --built")
+        held = self.store.funnel(self.name)
+        if request.built is not None and held["built"] >= request.built:
+            return f"the study holds {held['built']} built candidates (--built {request.built})"
+        if request.measured is not None and held["timed"] >= request.measured:
+            return f"the study holds {held['timed']} timed candidates (--measured {request.measured})"
+        return None
+
     def _fill(self) -> None:
         while self.pool.free() > 0:
             if self.to_evaluate:
@@ -461,9 +446,30 @@ class Driver:
                 continue
             if not self._may_ask():
                 return
-            trial = self.study.ask()
-            self.asked += 1
+            trial = self._ask()
+            if trial is None:
+                return
             self._admit(trial)
+
+    def _ask(self) -> Any:
+        """A new trial, or None when the study's ``--trials`` are spent: the study's trials
+        are counted and the trial asked under the study's lock across processes, so that runs
+        sharing the study share its budget; the trial is marked as this run's."""
+        import optuna
+
+        if self.heartbeat is not None and self.heartbeat.error is not None:
+            raise UserInputError(self.heartbeat.error)
+        with self.store.study_lock(self.name):
+            counted = sum(1 for t in self.study.get_trials(deepcopy=False)
+                          if t.state != optuna.trial.TrialState.WAITING)
+            self.asked = counted
+            if self.request.trials is not None and counted >= self.request.trials:
+                self.stop_reason = "trials"
+                return None
+            trial = self.study.ask()
+            trial.set_user_attr(RUN_ATTR, self.run_id)
+        self.asked = counted + 1
+        return trial
 
     # -- candidates ------------------------------------------------------------------------
     def _resume(self) -> None:
@@ -471,24 +477,31 @@ class Driver:
         import optuna
 
         seed = self.space.seed_genome(self.request.problem)
-        recorded = self.recorded.get(seed.hash)
-        if recorded is None or outcome_of(recorded.verdict, recorded.build,
-                                          recorded_measurement(recorded)) is None:
-            candidate_id = (recorded.id if recorded is not None
-                            else self.store.add_candidate(self.name, seed, "seed", None))
-            job = Job(seed, candidate_id, "seed")
-            if recorded is not None:
-                job.verdict, job.build = recorded.verdict, recorded.build
+        claim = self.store.claim_candidate(self.name, seed, "seed", None, self.run_id)
+        recorded = claim.info
+        # A seed another live run holds is that run's to finish.
+        if claim.mine and outcome_of(recorded.verdict, recorded.build,
+                                     recorded_measurement(recorded)) is None:
+            job = Job(seed, claim.candidate_id, "seed")
+            job.verdict, job.build = recorded.verdict, recorded.build
             self.jobs[seed.hash] = job
             self._advance(job)
-        stale = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        resumed = 0
-        for frozen in sorted(stale, key=lambda t: t.number):
-            if "awaiting_measurement" in frozen.user_attrs and self.measure_pool is None:
-                continue  # measured by `tsopt measure` + `tsopt ingest`
-            trial = optuna.trial.Trial(self.study, frozen._trial_id)
+        taken = []
+        with self.store.study_lock(self.name):
+            live = self.store.live_runs(self.name) - {self.run_id}
+            stale = self.study.get_trials(deepcopy=False,
+                                          states=(optuna.trial.TrialState.RUNNING,))
+            for frozen in sorted(stale, key=lambda t: t.number):
+                if "awaiting_measurement" in frozen.user_attrs and self.measure_pool is None:
+                    continue  # measured by `tsopt measure` + `tsopt ingest`
+                if frozen.user_attrs.get(RUN_ATTR) in live:
+                    continue  # a run of another process works on it
+                trial = optuna.trial.Trial(self.study, frozen._trial_id)
+                trial.set_user_attr(RUN_ATTR, self.run_id)
+                taken.append(trial)
+        for trial in taken:
             self._admit(trial)
-            resumed += 1
+        resumed = len(taken)
         if resumed:
             self.console.print(f"resuming study {self.name}: {resumed} unfinished trial"
                                f"{'s' if resumed != 1 else ''} taken up again", highlight=False)
@@ -503,6 +516,11 @@ class Driver:
             return
         self.stats.proposed += 1
         trial.set_user_attr("genome_hash", genome.hash)
+        self._place(trial, genome, origin)
+
+    def _place(self, trial: Any, genome: Genome, origin: str) -> None:
+        """Start the trial's job, or tell it the known outcome of the trial (of any run) that
+        has its genome, or wait for the live run of another process that holds it."""
         current = self.jobs.get(genome.hash)
         if current is not None and current.number != trial.number:
             self.stats.duplicates += 1
@@ -511,23 +529,56 @@ class Driver:
             else:
                 current.waiters.append(trial)
             return
-        recorded = self.recorded.get(genome.hash)
-        if recorded is not None and recorded.trial_number != trial.number:
-            self.stats.duplicates += 1
-            label = "seed" if recorded.origin == "seed" else f"trial {recorded.trial_number}"
-            known = outcome_of(recorded.verdict, recorded.build, recorded_measurement(recorded))
-            self._tell(trial, self._duplicate_outcome(known, label))
-            return
-        candidate_id = (recorded.id if recorded is not None
-                        else self.store.add_candidate(self.name, genome, origin
-                                                      if origin in ORIGINS else "suggest",
-                                                      trial.number))
-        job = Job(genome, candidate_id, origin, trial)
-        if recorded is not None:
+        claim = self.store.claim_candidate(self.name, genome, origin if origin in ORIGINS
+                                           else "suggest", trial.number, self.run_id)
+        recorded = claim.info
+        label = "seed" if recorded.origin == "seed" else f"trial {recorded.trial_number}"
+        if claim.created or recorded.trial_number == trial.number:
+            if not claim.mine:  # its own candidate, held by a live run of another process
+                self.foreign.append(ForeignWait(trial, genome, origin, claim.candidate_id, label))
+                return
+            job = Job(genome, claim.candidate_id, origin, trial)
             job.verdict, job.build, job.measurement = (recorded.verdict, recorded.build,
                                                        recorded_measurement(recorded))
-        self.jobs[genome.hash] = job
-        self._advance(job)
+            self.jobs[genome.hash] = job
+            self._advance(job)
+            return
+        self.stats.duplicates += 1
+        known = outcome_of(recorded.verdict, recorded.build, recorded_measurement(recorded))
+        if known is None and not claim.mine and not self._awaits_bundle(recorded):
+            self.foreign.append(ForeignWait(trial, genome, origin, claim.candidate_id, label))
+            return
+        self._tell(trial, self._duplicate_outcome(known, label))
+
+    def _awaits_bundle(self, recorded: CandidateInfo) -> bool:
+        """A built, unmeasured candidate when nothing is measured here: it waits in a bundle."""
+        return (self.measure_pool is None and recorded.build is not None and recorded.build.ok
+                and not recorded.measurements)
+
+    def _poll_foreign(self) -> None:
+        """Tell the trials waiting on other processes' candidates the outcomes recorded since;
+        take up those whose holder is gone. Sleeps a little when nothing else is to be done."""
+        if not self.foreign:
+            return
+        now = time.monotonic()
+        if now < self.next_foreign_poll:
+            if not (self.pool.busy() or self.to_evaluate or self.to_bundle or (
+                    self.measure_pool is not None and self.measure_pool.pending())):
+                time.sleep(min(POLL_S, self.next_foreign_poll - now))
+            return
+        self.next_foreign_poll = now + FOREIGN_POLL_S
+        waiting, self.foreign = self.foreign, []
+        for wait in waiting:
+            recorded, holder = self.store.candidate(self.name, wait.candidate_id)
+            known = outcome_of(recorded.verdict, recorded.build, recorded_measurement(recorded))
+            if known is not None:
+                self._tell(wait.trial, known.duplicate(wait.label))
+            elif holder is None:
+                self._place(wait.trial, wait.genome, wait.origin)  # its run is gone: take over
+            elif self._awaits_bundle(recorded):
+                self._tell(wait.trial, self._duplicate_outcome(None, wait.label))
+            else:
+                self.foreign.append(wait)
 
     @staticmethod
     def _duplicate_outcome(known: Outcome | None, label: str) -> Outcome:
@@ -562,9 +613,10 @@ class Driver:
             problem=request.problem.to_dict(), arch=request.arch,
             cache_dir=str(Path(request.cache_dir).resolve()), known_ts=known_ts))
 
-    def _evaluated(self, job: Job, evaluation: Evaluation | str) -> None:
-        if isinstance(evaluation, str):
-            self._worker_failed(job, evaluation)
+    def _evaluated(self, built: BuildDone) -> None:
+        job, evaluation = built.tag, built.evaluation
+        if evaluation is None:
+            self._worker_failed(job, built.failure or "the worker gave no evaluation")
             return
         verdict, build = evaluation.verdict, evaluation.build
         for step, seconds in evaluation.seconds.items():
@@ -586,6 +638,8 @@ class Driver:
         job.build = build
         if not build.ok:
             self.stats.build_failed += 1
+            # The build's own process (forked for it) died twice: a worker failure too.
+            self.stats.worker_failures += (build.error or "").startswith(WORKER_FAILED_TWICE)
             self._finish(job, outcome_of(verdict, build, None) or Outcome(state="fail"))
             return
         self.stats.built += 1
@@ -627,8 +681,8 @@ class Driver:
     def _to_measure(self, job: Job) -> None:
         assert job.build is not None and job.build.artifact_dir
         if self.measure_pool is not None:
-            self.measure_pool.submit(job, job.build.artifact_dir, job.genome.hash,
-                                     self.request.problem.to_dict())
+            self.measure_pool.submit(job, MeasureRequest(job.build.artifact_dir, job.genome.hash,
+                                                         self.request.problem.to_dict()))
         else:
             self.to_bundle.append(job)
 
@@ -642,7 +696,7 @@ class Driver:
         request = self.request
         write_bundle(
             self.bundle_dir, study=self.name, space=self.space.name, problem=request.problem,
-            arch=request.arch, append=self.bundle_dir.exists(),
+            arch=request.arch, append=True,  # other runs of the study may write it too
             candidates=[BundleEntry(j.genome, Path(j.build.artifact_dir or ""), j.origin)
                         for j in jobs if j.build is not None],
         )
@@ -655,32 +709,29 @@ class Driver:
                 self._tell(waiter, self._duplicate_outcome(None, job.label))
             job.waiters.clear()
 
-    def _measured(self, job: Job, index: int, result: dict[str, Any] | str) -> None:
-        problem = self.request.problem
-        if isinstance(result, dict) and "error" in result:
+    def _measured(self, done: MeasureDone) -> None:
+        job, result = done.tag, done.result
+        if result.unusable is not None or result.measurement is None:
             # This GPU cannot measure at all (its baseline failed): bundle from here on.
-            self.console.print(f"[bold red]measuring stopped:[/] {result['error']}; built "
+            self.console.print(f"[bold red]measuring stopped:[/] {result.unusable}; built "
                                f"candidates go to the bundle {self.bundle_dir}", highlight=False)
+            assert self.measure_pool is not None
             queued = self.measure_pool.drop_queued()
             self.measure_pool.close()
             self.measure_pool = None
             self.to_bundle.extend([job, *queued])
             return
-        if isinstance(result, str):
-            if self.interrupted:
-                return
-            measured = Measurement(job.genome.hash, problem.key, "crash", error=result)
-        else:
-            measured = Measurement.from_dict(result["measurement"])
-            baseline = result.get("baseline")
-            run_id = self.run_ids[index]
-            if baseline and (run_id, problem.key) not in self.baselines_recorded:
-                self.store.record_baseline(
-                    problem.key, baseline["name"], baseline.get("device", ""), run_id,
-                    baseline.get("median_us"), baseline.get("p10_us"), baseline.get("p90_us"),
-                    baseline.get("rate"), baseline.get("rate_unit", ""))
-                self.baselines_recorded.add((run_id, problem.key))
-        self.store.record_measurement(job.candidate_id, measured, self.run_ids.get(index, "ray"))
+        measured = result.measurement
+        if measured.status == "crash" and self.interrupted:
+            return  # the Ctrl-C may have reached the worker: the next run measures it
+        run_id = self.run_ids.get(done.worker, "ray")
+        baseline = result.baseline
+        if baseline is not None and (run_id, baseline.problem_key) not in self.baselines_recorded:
+            self.store.record_baseline(
+                baseline.problem_key, baseline.name, baseline.device, run_id, baseline.median_us,
+                baseline.p10_us, baseline.p90_us, baseline.rate, baseline.rate_unit)
+            self.baselines_recorded.add((run_id, baseline.problem_key))
+        self.store.record_measurement(job.candidate_id, measured, run_id)
         job.measurement = measured
         self.stats.measured[measured.status] += 1
         if measured.status == "ok" and measured.median_us is not None:
@@ -698,15 +749,8 @@ class Driver:
         job.waiters.clear()
 
     def _tell(self, trial: Any, outcome: Outcome) -> None:
-        from optuna.trial import TrialState
-
-        for key, value in outcome.attrs.items():
-            trial.set_user_attr(key, value)
-        if outcome.value is not None and math.isfinite(outcome.value):
-            self.study.tell(trial, outcome.value)
-        else:
-            state = TrialState.PRUNED if outcome.state == "pruned" else TrialState.FAIL
-            self.study.tell(trial, state=state)
+        if not tell(self.study, trial, outcome):
+            return  # another process told it first
         self.stats.told += 1
         self._count_for_patience(outcome.value)
 
@@ -725,3 +769,9 @@ def recorded_measurement(info: CandidateInfo) -> Measurement | None:
     if best is not None:
         return best.measurement
     return info.measurements[-1].measurement if info.measurements else None
+
+
+def run_tune(request: TuneRequest, console: Console) -> int:
+    """The main job. Returns the exit code: 0 done, 1 valid candidates but none could be
+    built, 130 interrupted (Ctrl-C; the same command resumes)."""
+    return Driver(request, console).run()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib
 import os
 import time
-from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +48,9 @@ class EvaluateRequest:
     cache_dir: str
     known_ts: dict[str, Any] | None = None  # a cached Verdict (to_dict) for the TS gate
     build: bool = True
+    # Build in a child process of its own (under the memory limit, an abort contained); a Ray
+    # task builds in its worker instead, which Ray replaces when it dies.
+    isolate_build: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,6 +89,9 @@ def load_space(target: str) -> SearchSpace:
     if space is None:
         module_name, _, cls_name = target.partition(":")
         space = getattr(importlib.import_module(module_name), cls_name)()
+        from tsopt.verify.verifier import judge_for
+
+        space.judge = judge_for(space)  # its screens verify with it (a space imports no verifier)
         _SPACES[target] = space
     return space
 
@@ -117,7 +122,7 @@ def evaluate(request: EvaluateRequest) -> Evaluation:
     from tsopt.core.dsl_env import ensure_arch
 
     ensure_arch(request.arch)  # before the space's module imports the DSL
-    from tsopt.build.builder import build_candidate
+    from tsopt.build.builder import build_isolated, build_limited, build_memory_limit
     from tsopt.verify.verifier import VerdictCache, verdict_cache_key, verify_genome
 
     start = time.perf_counter()
@@ -142,7 +147,9 @@ def evaluate(request: EvaluateRequest) -> Evaluation:
     seconds = {"verify": verify_s}
     build = None
     if verdict.valid and request.build:
-        build = build_candidate(space, genome, problem, request.arch, Path(request.cache_dir))
+        builder = build_isolated if request.isolate_build else build_limited
+        build = builder(space, genome, problem, request.arch, Path(request.cache_dir),
+                        build_memory_limit())
         if not build.cache_hit:
             seconds.update(compile=build.compile_seconds, export=build.export_seconds,
                            link=build.link_seconds)
@@ -204,20 +211,3 @@ class CandidatePipeline:
             result = build_candidate(self.space, genome, self.problem, self.arch, self.cache_dir)
         self.store.record_build(candidate_id, result)
         return result
-
-
-class MeasureQueue:
-    """The waiting line of a measuring pool: candidates submitted, not yet handed to a GPU."""
-
-    def __init__(self) -> None:
-        self._queue: deque[tuple[Any, str, str, dict[str, Any]]] = deque()
-
-    def submit(self, tag: Any, artifact_dir: str, genome_hash: str,
-               problem: dict[str, Any]) -> None:
-        self._queue.append((tag, artifact_dir, genome_hash, problem))
-
-    def drop_queued(self) -> list[Any]:
-        """Forget the candidates not handed to a GPU yet (an interrupted run)."""
-        tags = [item[0] for item in self._queue]
-        self._queue.clear()
-        return tags

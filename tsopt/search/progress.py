@@ -5,6 +5,10 @@ The live view has three lines under a trial bar: candidates per stage
 hits and failures, measured by status, waiting in a bundle), the best so far
 against the vendor baseline, and the rate with an ETA from whichever budget
 ends first (trials or time).
+
+A trial is one proposal of the sampler. Most proposals of a schedule space are
+rejected by the verifier before anything is built, so the summary says what
+the trials became, and how to bound the run by built or measured candidates.
 """
 
 from __future__ import annotations
@@ -109,12 +113,14 @@ def _clock(seconds: float) -> str:
 class TuneProgress:
     """The live view: a bar of trials (of the study's budget) and the three lines."""
 
-    def __init__(self, console: Console, stats: TuneStats, title: str, total: int,
+    def __init__(self, console: Console, stats: TuneStats, title: str, total: int | None,
                  done: int) -> None:
+        """``total``: the study's trials, None when another budget (--built, --measured,
+        --time) ends the run."""
         self.console = console
         self.stats = stats
         self.total = total
-        self.remaining: int | None = max(0, total - done)
+        self.remaining: int | None = None if total is None else max(0, total - done)
         self.time_left_s: float | None = None
         self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                             MofNCompleteColumn(), TimeElapsedColumn(), console=console)
@@ -127,8 +133,8 @@ class TuneProgress:
         return Group(self.bar, lines)
 
     def update(self, done: int, time_left_s: float | None = None) -> None:
-        self.bar.update(self.task, completed=min(done, self.total))
-        self.remaining = max(0, self.total - done)
+        self.bar.update(self.task, completed=done if self.total is None else min(done, self.total))
+        self.remaining = None if self.total is None else max(0, self.total - done)
         self.time_left_s = time_left_s
         self.live.update(self._render())
 
@@ -141,6 +147,21 @@ class TuneProgress:
         self.live.__exit__(None, None, None)
         if not self.console.is_terminal:
             self.console.print()  # the last frame ends without a newline off a terminal
+
+
+def trials_line(stats: TuneStats, seconds: float) -> str:
+    """What this run's trials became: a trial is a proposal, not a built or timed kernel."""
+    rejected = sum(stats.rejected.values())
+    measured = sum(stats.measured.values())
+    line = (f"{stats.proposed} trials this run in {seconds:.1f} s (a trial is one proposal of the "
+            f"sampler): {rejected} rejected by the checks, {stats.duplicates} seen before, "
+            f"{stats.built} built ({stats.build_cache_hits} from the cache"
+            + (f", {stats.build_failed} failed" if stats.build_failed else "")
+            + f"), {measured} measured ({stats.measured.get('ok', 0)} timed correct)")
+    if stats.proposed and stats.built * 2 < stats.proposed:
+        line += (". Most proposals never reach a build: --built N or --measured N bound the run "
+                 "by candidates instead")
+    return line
 
 
 def print_summary(console: Console, store: Store, name: str, stats: TuneStats, measured: bool,
@@ -157,8 +178,7 @@ def print_summary(console: Console, store: Store, name: str, stats: TuneStats, m
     if stats.rejected:
         top = ", ".join(f"{rule} {n}" for rule, n in stats.rejected.most_common(6))
         console.print(f"rejected this run: {top}")
-    console.print(f"{stats.proposed} trials this run ({stats.duplicates} seen before, "
-                  f"{stats.build_cache_hits} builds from the cache) in {seconds:.1f} s")
+    console.print(trials_line(stats, seconds), highlight=False)
     ranked = store.ranked(name, limit=1)
     if ranked:
         best = ranked[0].measurement

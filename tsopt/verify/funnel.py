@@ -2,11 +2,16 @@
 
 A space's raw product is far too large to verify one genome at a time (the
 copy space has ~10^11 dataflow-legal genomes), so spaces may count their
-funnel by *factorised verification*: the real TS verifier judges each
+funnel by *factorised verification* (:meth:`SearchSpace.funnel
+<tsopt.core.space.SearchSpace.funnel>`): the real TS verifier judges each
 independent factor (each task's placement, the warp/register layout, the
 joint schedule) and counts are multiplied out. The factorisation is an
 assumption about TS; :func:`check_factorisation` tests it against full
 verification of randomly drawn genomes, and the funnel records the agreement.
+
+This module only talks to the space interface: it hands the space a
+:class:`CountingJudge` (the verifier, counted), and counts every enumerated
+genome itself when the space has no factorisation (:func:`exhaustive_funnel`).
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ from typing import TYPE_CHECKING, Any
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
 from tsopt.core.records import Verdict
+from tsopt.core.space import Progress
 from tsopt.verify.verifier import VerdictCache, verify_genome
 
 if TYPE_CHECKING:
     from tsopt.core.space import SearchSpace
 
-Progress = Callable[[str, int, int], None]
-"""progress(stage description, done, total)."""
+__all__ = ["CountingJudge", "Funnel", "Progress", "check_factorisation", "compute_funnel",
+           "exhaustive_funnel"]
 
 
 @dataclass(frozen=True)
@@ -71,23 +77,21 @@ class Funnel:
         return doc
 
 
-class Judge:
-    """The verifier with one cache and counters, shared by a funnel computation."""
+class CountingJudge:
+    """The verifier as a space's :data:`~tsopt.core.space.Judge` (``judge(genome, problem)``),
+    with one cache and counters shared by a funnel computation."""
 
-    def __init__(
-        self, space: SearchSpace, problem: Problem, cache: VerdictCache | None = None
-    ) -> None:
+    def __init__(self, space: SearchSpace, cache: VerdictCache | None = None) -> None:
         self.space = space
-        self.problem = problem
         self.cache = cache or VerdictCache()
         self.calls = 0
         self.seconds = 0.0
         self.rejections: Counter[str] = Counter()
 
-    def __call__(self, genome: Genome) -> Verdict:
+    def __call__(self, genome: Genome, problem: Problem) -> Verdict:
         self.calls += 1
         start = time.perf_counter()
-        verdict = verify_genome(genome, self.problem, space=self.space, cache=self.cache)
+        verdict = verify_genome(genome, problem, space=self.space, cache=self.cache)
         self.seconds += time.perf_counter() - start
         if not verdict.valid:
             self.rejections[verdict.rule or "?"] += 1
@@ -97,7 +101,7 @@ class Judge:
 def exhaustive_funnel(
     space: SearchSpace,
     problem: Problem,
-    judge: Judge,
+    judge: CountingJudge,
     progress: Progress | None,
     limit: int | None = None,
 ) -> Funnel:
@@ -107,7 +111,7 @@ def exhaustive_funnel(
     ts_valid = checked = 0
     rejections: Counter[str] = Counter()
     for n, genome in enumerate(enumeration.genomes, 1):
-        verdict = judge(genome)
+        verdict = judge(genome, problem)
         if verdict.valid or verdict.stage == "tsopt":
             ts_valid += 1
         if verdict.valid:
@@ -145,11 +149,11 @@ def check_factorisation(
     """How many of ``n`` random genomes the factorised prediction classifies as full
     verification does (TS-valid or not)."""
     rng = random.Random(seed)
-    judge = Judge(space, problem, VerdictCache())
+    judge = CountingJudge(space, VerdictCache())
     agree = 0
     for i in range(n):
         genome = sample(rng)
-        verdict = judge(genome)
+        verdict = judge(genome, problem)
         truth = verdict.valid or verdict.stage == "tsopt"
         agree += truth == predicted(genome)
         if progress:
@@ -165,10 +169,30 @@ def compute_funnel(
     sample: int = 200,
     cache: VerdictCache | None = None,
 ) -> Funnel:
-    """The space's own (factorised) funnel when it has one, else the exhaustive one."""
-    judge = Judge(space, problem, cache)
-    custom = getattr(space, "funnel", None)
-    if custom is not None:
-        funnel: Funnel = custom(problem, judge=judge, progress=progress, sample=sample)
-        return funnel
-    return exhaustive_funnel(space, problem, judge, progress)
+    """The space's own (factorised) funnel when it has one, its factorisation checked on
+    ``sample`` random genomes verified in full; else the exhaustive one."""
+    start = time.perf_counter()
+    judge = CountingJudge(space, cache)
+    count = space.funnel(problem, judge, progress)
+    if count is None:
+        return exhaustive_funnel(space, problem, judge, progress)
+    checked = agreement = 0
+    if sample and count.draw is not None and count.predicted is not None:
+        checked = sample
+        agreement = check_factorisation(space, problem, count.draw, count.predicted, sample,
+                                        progress=progress)
+    return Funnel(
+        space.name,
+        problem.key,
+        count.raw,
+        count.dataflow_legal,
+        count.ts_valid,
+        count.tsopt_checked,
+        verifications=judge.calls,
+        verify_seconds=judge.seconds,
+        seconds=time.perf_counter() - start,
+        method=count.method,
+        rejections=dict(judge.rejections),
+        sample_size=checked,
+        sample_agreement=agreement,
+    )

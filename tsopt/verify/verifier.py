@@ -1,6 +1,9 @@
 """The verifier: judge a genome before anything is compiled.
 
-Three gates, in order:
+First the genome schema: every gene of the space present, of its kind, within its range or
+among its choices (:meth:`~tsopt.core.space.SearchSpace.gene_domains`, from the space's knobs);
+a genome that fails it is rejected at the ``dataflow`` gate under rule ``genome.schema``, the
+bad gene named, before any check of the space reads it. Then three gates, in order:
 
 1. ``dataflow`` — the space's own cheap check that every value is produced
    before it is used (and that the genome belongs to the space at all).
@@ -27,6 +30,7 @@ import re
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -37,7 +41,9 @@ from tsopt.core.problem import Problem, default_problem
 from tsopt.core.records import Verdict
 
 if TYPE_CHECKING:
-    from tsopt.core.space import SearchSpace
+    from tsopt.core.space import GeneDomain, Judge, SearchSpace
+
+SCHEMA_RULE = "genome.schema"
 
 # TS raises ValueError with a precise sentence; these map it to a stable rule name.
 TS_RULES: tuple[tuple[str, str], ...] = (
@@ -140,6 +146,62 @@ class VerdictCache:
 
 _DEFAULT_CACHE = VerdictCache()
 
+# The schema of each space instance per problem key: listing knobs costs about a millisecond,
+# a cached verdict less.
+_DOMAINS: weakref.WeakKeyDictionary[SearchSpace, dict[str, dict[str, GeneDomain]]] = (
+    weakref.WeakKeyDictionary())
+_DOMAINS_LOCK = threading.Lock()
+_LISTING = threading.local()
+
+
+def gene_domains(space: SearchSpace, problem: Problem) -> dict[str, GeneDomain] | None:
+    """The space's genome schema for ``problem`` (cached per space instance), or None while
+    this thread is listing it: a space may judge genomes of its own making while it lists its
+    knobs (recomputing a stale screen), and those are not checked against a schema that does
+    not exist yet."""
+    with _DOMAINS_LOCK:
+        known = _DOMAINS.get(space, {}).get(problem.key)
+    if known is not None:
+        return known
+    listing: set[tuple[int, str]] = _LISTING.__dict__.setdefault("busy", set())
+    mark = (id(space), problem.key)
+    if mark in listing:
+        return None
+    listing.add(mark)
+    try:
+        domains = space.gene_domains(problem)
+    finally:
+        listing.discard(mark)
+    with _DOMAINS_LOCK:
+        _DOMAINS.setdefault(space, {})[problem.key] = domains
+    return domains
+
+
+def schema_error(genome: Genome, problem: Problem, space: SearchSpace) -> str | None:
+    """Why ``genome`` does not fit ``space``'s genome schema for ``problem`` (naming the bad
+    gene), else None."""
+    from tsopt.core.space import genome_schema_error
+
+    domains = gene_domains(space, problem)
+    if domains is None:
+        return None if genome.space == space.name else (
+            f"genome is of space {genome.space!r}, not {space.name!r}")
+    return genome_schema_error(space.name, domains, genome)
+
+
+def check_genome_schema(genome: Genome, problem: Problem | None = None,
+                        space: SearchSpace | None = None) -> None:
+    """Raise UserInputError naming the bad gene when ``genome`` does not fit its space's
+    schema (``tsopt verify`` on a hand-written genome: bad input, not a rejected schedule)."""
+    from tsopt.core.registry import get_space
+
+    space = space or get_space(genome.space)
+    problem = problem or default_problem(space.op)
+    space.check(problem)
+    error = schema_error(genome, problem, space)
+    if error is not None:
+        raise UserInputError(f"genome {genome.short_hash}: {error}")
+
 
 def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: int) -> _TsOutcome:
     """Build the TS skeleton on the host; TS's own verdict, never an exception."""
@@ -186,6 +248,11 @@ def verify_genome(
     cache = cache if cache is not None else _DEFAULT_CACHE
     start = time.perf_counter()
 
+    error = schema_error(genome, problem, space)
+    if error is not None:
+        return Verdict.reject(
+            genome.hash, "dataflow", SCHEMA_RULE, error, time.perf_counter() - start
+        )
     error = space.dataflow_error(genome)
     if error is not None:
         return Verdict.reject(
@@ -233,3 +300,14 @@ def verdict_cache_key(
     """The key under which the TS outcome of ``genome`` is cached (and stored in the DB)."""
     n = domain if domain is not None else space.verify_domain(genome)
     return f"{space.verdict_key(genome, problem)}|domain={n}"
+
+
+def judge_for(space: SearchSpace, cache: VerdictCache | None = None) -> Judge:
+    """:func:`verify_genome` as the :data:`~tsopt.core.space.Judge` a space is injected with
+    (``space.judge = judge_for(space)``): the space may not import the verifier itself."""
+    verdicts = cache if cache is not None else VerdictCache()
+
+    def judge(genome: Genome, problem: Problem) -> Verdict:
+        return verify_genome(genome, problem, space=space, cache=verdicts)
+
+    return judge

@@ -2,7 +2,7 @@
 
 For GPU hosts without Ray (no network to install it, its wheel too big): the
 build slots are processes of this machine, and the driver measures on this
-machine's GPU itself (:class:`tsopt.search.driver.InlineMeasurePool`), as with
+machine's GPU itself (:class:`tsopt.search.pools.inline.InlineMeasurePool`), as with
 ``--workers 0``. Nothing here imports Ray.
 
 Each slot is its own one-process :class:`~concurrent.futures.ProcessPoolExecutor`
@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tsopt.search.pipeline import EvaluateRequest, Evaluation, evaluate, failure_text
+from tsopt.search.pools.protocol import BuildDone
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,8 @@ def _ignore_sigint() -> None:
 
 
 class ProcessBuildPool:
-    """Up to ``slots`` evaluations in flight, one worker process each; results come back
-    with the caller's tags (the interface of :class:`tsopt.search.driver.SerialPool` and
-    :class:`tsopt.search.pools.ray_pool.RayBuildPool`)."""
+    """A :class:`~tsopt.search.pools.protocol.BuildPool`: up to ``slots`` evaluations in
+    flight, one worker process each."""
 
     def __init__(self, slots: int,
                  function: Callable[[EvaluateRequest], Evaluation] = evaluate) -> None:
@@ -80,27 +80,27 @@ class ProcessBuildPool:
         self._waiting.append(_Task(tag, request))
         self._dispatch()
 
-    def poll(self, timeout: float) -> list[tuple[Any, Evaluation | str]]:
+    def poll(self, timeout: float) -> list[BuildDone]:
         """Finished evaluations (or a failure's text), waiting up to ``timeout`` for one."""
         self._dispatch()
         if not self._inflight:
             return []
         finished, _ = wait(list(self._inflight), timeout=timeout, return_when=FIRST_COMPLETED)
-        done: list[tuple[Any, Evaluation | str]] = []
+        done: list[BuildDone] = []
         for future in finished:
             task, slot = self._inflight.pop(future)
             self._idle.append(slot)
             try:
-                done.append((task.tag, future.result()))
+                done.append(BuildDone(task.tag, evaluation=future.result()))
             except BrokenProcessPool as exc:
                 why = f"{failure_text(exc)}{self._exit_status(slot)}"
                 self._discard(slot)
                 if task.attempt == 0:
                     self._waiting.appendleft(replace(task, attempt=1))
                 else:
-                    done.append((task.tag, f"worker failed twice (retried once): {why}"))
+                    done.append(BuildDone(task.tag, failure=f"worker failed twice (retried once): {why}"))
             except BaseException as exc:  # raised by the function in the worker
-                done.append((task.tag, failure_text(exc)))
+                done.append(BuildDone(task.tag, failure=failure_text(exc)))
         self._dispatch()
         return done
 

@@ -13,9 +13,9 @@ nodes built.
   that dies (a crash in the compiler, the OOM killer) is replaced by Ray and
   the task retried once (``max_retries=1``); a second death reaches the
   driver as a failure, which it records as a failed build.
-- :class:`MeasureActor` (``num_gpus=1``) holds one persistent measurer of
-  :mod:`tsopt.workers.watchdog` (the torch-only runner in a child process under the
-  watchdog, replaced after hangs and faults); a dying actor is restarted and
+- :class:`MeasureActor` (``num_gpus=1``) holds one persistent
+  :class:`~tsopt.search.pools.inline.GpuMeasurer` (the torch-only runner in a child process
+  under the watchdog, replaced after hangs and faults); a dying actor is restarted and
   its call retried once (``max_restarts=-1, max_task_retries=1``).
 
 The driver alone writes the database; these only compute.
@@ -25,16 +25,19 @@ from __future__ import annotations
 
 import logging
 import os
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from tsopt.search.pipeline import EvaluateRequest, Evaluation, MeasureQueue, evaluate, failure_text
+from tsopt.core.problem import Problem
+from tsopt.core.records import Measurement
+from tsopt.search.pipeline import EvaluateRequest, Evaluation, evaluate, failure_text
+from tsopt.search.pools.inline import GpuMeasurer
+from tsopt.search.pools.protocol import BuildDone, MeasureDone, MeasureQueue, MeasureRequest, MeasureResult
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def default_temp_dir() -> str:
@@ -98,11 +101,14 @@ def stop_ray(cluster: RayCluster | None) -> None:
 @ray.remote(num_cpus=1, max_retries=1, retry_exceptions=False)
 def evaluate_task(request: EvaluateRequest) -> Evaluation:
     """Verify and build one candidate in a Ray worker process."""
-    return evaluate(request)
+    # A Ray worker is expendable: it builds under the memory limit itself (no child of its own,
+    # a fork beside Ray's threads is unsafe), and Ray retries a task whose worker died.
+    return evaluate(replace(request, isolate_build=False))
 
 
 class RayBuildPool:
-    """Up to ``slots`` evaluate tasks in flight; results come back with the caller's tags."""
+    """A :class:`~tsopt.search.pools.protocol.BuildPool`: up to ``slots`` evaluate tasks in
+    flight on the cluster."""
 
     def __init__(self, slots: int) -> None:
         self.slots = max(1, slots)
@@ -117,17 +123,18 @@ class RayBuildPool:
     def submit(self, tag: Any, request: EvaluateRequest) -> None:
         self._inflight[evaluate_task.remote(request)] = tag
 
-    def poll(self, timeout: float) -> list[tuple[Any, Evaluation | str]]:
+    def poll(self, timeout: float) -> list[BuildDone]:
         """Finished evaluations (or a failure's text), waiting up to ``timeout`` for one."""
         if not self._inflight:
             return []
-        done: list[tuple[Any, Evaluation | str]] = []
+        done: list[BuildDone] = []
         for ref in _finished(list(self._inflight), timeout):
             tag = self._inflight.pop(ref)
             try:
-                done.append((tag, ray.get(ref)))
+                done.append(BuildDone(tag, evaluation=ray.get(ref)))
             except ray.exceptions.RayError as exc:
-                done.append((tag, f"worker failed twice (retried once): {failure_text(exc)}"))
+                done.append(BuildDone(tag, failure="worker failed twice (retried once): "
+                                                   f"{failure_text(exc)}"))
         return done
 
     def close(self) -> None:
@@ -138,41 +145,17 @@ class RayBuildPool:
 
 @ray.remote(num_cpus=0, num_gpus=1, max_restarts=-1, max_task_retries=1)
 class MeasureActor:
-    """Measures candidates on the GPU Ray gave it, through one persistent watchdog measurer."""
+    """Measures candidates on the GPU Ray gave it, through one persistent measurer."""
 
     def __init__(self, runs: int = 50, warmup: int = 10, checks: int = 2,
                  isolation: str = "worker") -> None:
-        self.runs, self.warmup, self.checks, self.isolation = runs, warmup, checks, isolation
-        self.measurer: Any = None
+        self.gpu = GpuMeasurer(runs, warmup, checks, isolation)
 
-    def measure(self, artifact_dir: str, genome_hash: str, problem: dict[str, Any]
-                ) -> dict[str, Any]:
-        """{"measurement": Measurement dict, "baseline": the problem's first baseline timing,
-        "pid", "seconds"}; {"error": ...} when this GPU cannot measure at all."""
-        from tsopt.core.problem import Problem
-        from tsopt.workers.watchdog import MeasureError, open_measurer
-
-        start = time.monotonic()
-        the_problem = Problem.from_dict(problem)
-        try:
-            if self.measurer is None:
-                self.measurer = open_measurer(self.isolation, self.runs, self.warmup,
-                                              self.checks)
-            measured = self.measurer.measure(Path(artifact_dir), genome_hash, the_problem)
-        except MeasureError as exc:
-            return {"error": str(exc)}
-        probe = self.measurer.probes.get(the_problem.key)
-        return {"measurement": measured.to_dict(),
-                "baseline": probe.baseline.to_dict() if probe is not None else None,
-                "pid": self.measurer.last_pid, "seconds": time.monotonic() - start}
+    def measure(self, request: MeasureRequest) -> MeasureResult:
+        return self.gpu.measure(request)
 
     def close(self) -> str:
-        if self.measurer is None:
-            return ""
-        self.measurer.close()
-        summary: str = self.measurer.stats.summary()
-        self.measurer = None
-        return summary
+        return self.gpu.close()
 
 
 def _finished(refs: list[Any], timeout: float) -> list[Any]:
@@ -195,7 +178,7 @@ class RayMeasurePool(MeasureQueue):
         actor = MeasureActor.options(num_gpus=gpus_per_actor)  # type: ignore[attr-defined]
         self.actors = [actor.remote(runs, warmup, checks) for _ in range(gpus)]
         self._idle = list(range(len(self.actors)))
-        self._inflight: dict[Any, tuple[Any, int]] = {}
+        self._inflight: dict[Any, tuple[Any, int, MeasureRequest]] = {}
 
     @property
     def slots(self) -> int:
@@ -204,24 +187,26 @@ class RayMeasurePool(MeasureQueue):
     def pending(self) -> int:
         return len(self._queue) + len(self._inflight)
 
-    def poll(self, timeout: float) -> list[tuple[Any, int, dict[str, Any] | str]]:
-        """(tag, actor index, result or failure text) for each finished measurement."""
+    def poll(self, timeout: float) -> list[MeasureDone]:
+        """Each finished measurement; an actor that died twice measured a ``crash``."""
         while self._idle and self._queue:
             index = self._idle.pop(0)
-            tag, artifact_dir, genome_hash, problem = self._queue.popleft()
-            ref = self.actors[index].measure.remote(artifact_dir, genome_hash, problem)
-            self._inflight[ref] = (tag, index)
+            tag, request = self._queue.popleft()
+            self._inflight[self.actors[index].measure.remote(request)] = (tag, index, request)
         if not self._inflight:
             return []
-        done: list[tuple[Any, int, dict[str, Any] | str]] = []
+        done: list[MeasureDone] = []
         for ref in _finished(list(self._inflight), timeout):
-            tag, index = self._inflight.pop(ref)
+            tag, index, request = self._inflight.pop(ref)
             self._idle.append(index)
             try:
-                done.append((tag, index, ray.get(ref)))
+                result = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                done.append((tag, index,
-                             f"measuring actor died twice (retried once): {failure_text(exc)}"))
+                why = f"measuring actor died twice (retried once): {failure_text(exc)}"
+                problem_key = Problem.from_dict(request.problem).key
+                result = MeasureResult(Measurement(request.genome_hash, problem_key, "crash",
+                                                   error=why))
+            done.append(MeasureDone(tag, index, result))
         return done
 
     def close(self) -> list[str]:

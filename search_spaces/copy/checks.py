@@ -1,0 +1,121 @@
+"""What the TS verifier does not check in the copy template, checked by tsopt.
+
+TS judges the pipeline protocol (brackets, pairing, deadlock, races), the register and
+group rules and the SMEM capacity it allocates. It does not see: warps of two tasks
+overlapping or a task straddling a warpgroup, which stage a delayed release or commit
+frees, SMEM beyond the boxes it sizes, store-thread registers, how boxes tile the tensor
+and a work tile, the persistent grid's consistency, and heads deeper than a work tile.
+Each finding has a stable rule name (``tsopt.warp_overlap``, ``tsopt.stage_identity``...).
+"""
+
+from __future__ import annotations
+
+from tsopt.core.space import Finding
+from tsopt.search_spaces.copy.config import SMEM_CAPACITY
+from tsopt.search_spaces.copy.kernel import CopyConfig
+
+LAYOUT_RULES = ("tsopt.warp_overlap", "tsopt.launch_shape")
+"""The rules a warp/register layout breaks on its own, whatever the boxes (the layout screen)."""
+
+
+def copy_checks(cfg: CopyConfig) -> list[Finding]:
+    """What TS does not check for this template, each a stable rule name."""
+    findings: list[Finding] = []
+    store = range(cfg.store_warp, cfg.store_warp + cfg.store_warps)
+    if cfg.load_warp in store:
+        findings.append(
+            Finding(
+                "tsopt.warp_overlap",
+                f"LoadTask warp {cfg.load_warp} lies inside StoreTask warps "
+                f"{cfg.store_warp}..{cfg.store_warp + cfg.store_warps - 1}",
+            )
+        )
+    if cfg.store_warps > 1 and cfg.store_warp % 4 + cfg.store_warps > 4 and cfg.store_warp % 4:
+        findings.append(
+            Finding(
+                "tsopt.launch_shape",
+                f"StoreTask warps {cfg.store_warp}.. straddle a warpgroup boundary",
+            )
+        )
+    if 32 * cfg.block_warps > 1024:
+        findings.append(
+            Finding("tsopt.launch_shape", f"block of {32 * cfg.block_warps} threads > 1024")
+        )
+    # Stage identity: a deferred release/commit frees the *oldest* held stage only
+    # when the pipeline keeps a separate lagging state for it.
+    store_tail = [op for op, sec in cfg.store_ops if sec == "tail"]
+    if "release" in store_tail and not cfg.advance_on_wait:
+        findings.append(
+            Finding(
+                "tsopt.stage_identity",
+                "delayed release without advance_on_wait: release would free the stage just waited on, "
+                "not the oldest one still held",
+            )
+        )
+    if "commit" in [op for op, sec in cfg.load_ops if sec == "tail"]:
+        findings.append(
+            Finding(
+                "tsopt.stage_identity",
+                "delayed commit needs advance_on_acquire, which TMA->async pipelines do not offer: "
+                "commit would signal the wrong stage",
+            )
+        )
+    if cfg.smem_bytes > SMEM_CAPACITY:
+        findings.append(
+            Finding(
+                "tsopt.smem",
+                f"{cfg.stages} stages x {cfg.box_rows}x{cfg.box_cols} boxes need {cfg.smem_bytes} B SMEM "
+                f"> {SMEM_CAPACITY} B",
+            )
+        )
+    elems = cfg.box_rows * cfg.box_cols
+    if elems % (cfg.vec * cfg.store_threads):
+        findings.append(
+            Finding(
+                "tsopt.launch_shape",
+                f"a {cfg.box_rows}x{cfg.box_cols} box is not a whole number of 16-byte vectors for "
+                f"{cfg.store_threads} store threads",
+            )
+        )
+    # Fragment registers: 2 bytes per element, 4 per register, plus ~32 for addressing.
+    need = cfg.vectors_per_thread * cfg.vec * cfg.elem_bytes // 4 + 32
+    if need > cfg.store_regs:
+        findings.append(
+            Finding(
+                "tsopt.registers",
+                f"each store thread holds {cfg.vectors_per_thread * cfg.vec} elements (~{need} registers) "
+                f"> budget {cfg.store_regs}: it would spill",
+            )
+        )
+    if cfg.rows % cfg.box_rows or cfg.cols % cfg.box_cols:
+        findings.append(
+            Finding(
+                "tsopt.tile_divisibility",
+                f"{cfg.rows}x{cfg.cols} is not a whole number of {cfg.box_rows}x{cfg.box_cols} boxes",
+            )
+        )
+    elif cfg.tiles % cfg.chunk:
+        findings.append(
+            Finding(
+                "tsopt.tile_divisibility",
+                f"{cfg.tiles} boxes do not split into chunks of {cfg.chunk}",
+            )
+        )
+    if cfg.persistent != (cfg.ctas_per_sm > 0):
+        findings.append(
+            Finding(
+                "tsopt.launch_shape",
+                f"persistent={cfg.persistent} with ctas_per_sm={cfg.ctas_per_sm}: a persistent grid needs "
+                "ctas_per_sm > 0, a non-persistent one 0",
+            )
+        )
+    for head_task in ("load", "store"):
+        if cfg.head_depth(head_task) >= cfg.chunk:
+            findings.append(
+                Finding(
+                    "tsopt.domain",
+                    f"{head_task} head holds {cfg.head_depth(head_task)} iterations but a work tile has "
+                    f"only {cfg.chunk}",
+                )
+            )
+    return findings

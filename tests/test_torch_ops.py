@@ -1,0 +1,245 @@
+"""The PyTorch op module of an export (workers/torch_ops.py) on the CPU: registration, the fake
+(meta) implementation, torch.compile(fullgraph=True) tracing, the input checks and the dispatch
+table's fallback to torch with its warning.
+
+The packages here are written by the test: real ``manifest.json``/``artifact.json`` files of
+the export format, for kernels whose library is never opened. Nothing here launches (no GPU):
+every path tested ends before the library would be loaded, which the absent ``libkernel.so``
+proves (a launch attempt would raise KernelLoadError, not the error each test expects). The
+real exports are loaded the same way in tests/test_export.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tsopt.workers import torch_ops
+from tsopt.workers.torch_ops import FallbackWarning, KernelInputError, KernelLoadError
+
+ROOT = Path(__file__).resolve().parents[1]
+GEMM = "gemm_bf16_64x16x32"
+COPY = "copy_fp16_128x256"
+
+
+def write_kernel(directory: Path, op: str, dtype: str, sizes: dict[str, int], genome: str) -> dict[str, Any]:
+    """A kernel directory's artifact.json; returns its manifest entry."""
+    if op == "gemm":
+        tensors = [("a", "input", [sizes["m"], sizes["k"]]), ("b", "input", [sizes["n"], sizes["k"]]),
+                   ("d", "output", [sizes["m"], sizes["n"]])]
+    else:
+        shape = [sizes["rows"], sizes["cols"]]
+        tensors = [("src", "input", shape), ("dst", "output", shape)]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "artifact.json").write_text(json.dumps({
+        "library": "libkernel.so", "genome_hash": genome,
+        "tensors": [{"name": n, "role": r, "shape": s, "dtype": dtype} for n, r, s in tensors]}))
+    name = "_".join([op, dtype, "x".join(str(v) for v in sizes.values())])
+    return {"name": name, "op": op, "dtype": dtype, "sizes": [[k, v] for k, v in sizes.items()],
+            "genome_hash": genome}
+
+
+def write_package(top: Path, kernels: list[tuple[str, str, dict[str, int], str]]) -> Path:
+    entries = []
+    for op, dtype, sizes, genome in kernels:
+        name = "_".join([op, dtype, "x".join(str(v) for v in sizes.values())])
+        entry = write_kernel(top / name, op, dtype, sizes, genome)
+        entries.append({**entry, "dir": name})
+    (top / "manifest.json").write_text(json.dumps({"format": "tsopt-export", "version": 2,
+                                                   "package": True, "kernels": entries, "files": {}}))
+    return top
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> torch_ops.KernelPackage:
+    top = write_package(tmp_path_factory.mktemp("package"), [
+        ("gemm", "bf16", {"m": 64, "n": 16, "k": 32}, "a" * 64),
+        ("copy", "fp16", {"rows": 128, "cols": 256}, "c" * 64),
+    ])
+    return torch_ops.load(top, preload=False)
+
+
+def bf16(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape).to(torch.bfloat16)
+
+
+# -- registration --------------------------------------------------------------------------------
+
+
+def test_load_registers_an_op_per_kernel_and_one_dispatcher_per_op(package, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert [k.name for k in package.kernels] == [GEMM, COPY]
+    for name in (GEMM, COPY, "gemm", "copy"):
+        assert hasattr(torch.ops.tsopt, name), name
+    assert package.op(GEMM) is torch.ops.tsopt.gemm_bf16_64x16x32
+    assert {k.name for k in torch_ops.registered()} >= {GEMM, COPY}
+    # The same kernel again is a no-op; another kernel for the same problem is refused.
+    assert torch_ops.load(package.directory, preload=False).kernels == package.kernels
+    rival = write_package(tmp_path / "rival", [("gemm", "bf16", {"m": 64, "n": 16, "k": 32}, "b" * 64)])
+    with pytest.raises(KernelLoadError, match=r"two kernels for gemm bf16 64x16x32: aaaaaaaaaaaa"):
+        torch_ops.load(rival, preload=False)
+
+
+def test_a_directory_that_is_not_an_export_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(KernelLoadError, match="not a tsopt export"):
+        torch_ops.load(tmp_path, preload=False)
+
+
+def test_an_export_written_before_packages_loads_as_one_kernel(tmp_path: Path) -> None:
+    # Version 1 manifests have no "kernels" list: the one kernel sits at the top.
+    write_kernel(tmp_path, "gemm", "fp16", {"m": 48, "n": 16, "k": 64}, "d" * 64)
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "format": "tsopt-export", "version": 1, "genome_hash": "d" * 64,
+        "problem": {"dtype": "fp16", "k": 64, "m": 48, "n": 16, "op": "gemm"}}))
+    loaded = torch_ops.load(tmp_path, preload=False)
+    assert [k.name for k in loaded.kernels] == ["gemm_fp16_48x16x64"]
+    assert loaded.kernels[0].sizes == (("m", 48), ("n", 16), ("k", 64))
+
+
+# -- the fake implementation and torch.compile ----------------------------------------------------
+
+
+def test_the_fake_implementation_gives_the_output_on_meta_tensors(package) -> None:  # type: ignore[no-untyped-def]
+    a, b = bf16(64, 32).to("meta"), bf16(16, 32).to("meta")
+    d = torch.ops.tsopt.gemm_bf16_64x16x32(a, b)
+    assert (d.shape, d.dtype, d.device.type) == ((64, 16), torch.bfloat16, "meta")
+    assert torch.ops.tsopt.gemm(bf16(8, 32).to("meta"), b).shape == (8, 16)
+    with pytest.raises(KernelInputError, match=r"a: dtype torch.float16 != torch.bfloat16"):
+        torch.ops.tsopt.gemm_bf16_64x16x32(a.to(torch.float16), b)
+
+
+def test_torch_compile_fullgraph_traces_both_ops_without_a_graph_break(package) -> None:  # type: ignore[no-untyped-def]
+    graphs: list[torch.fx.GraphModule] = []
+
+    def recording(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        graphs.append(gm)
+        return gm.forward  # runs the fake implementation on meta tensors: nothing launches
+
+    def model(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        tuned = torch.ops.tsopt.gemm_bf16_64x16x32(x, w)
+        dispatched = torch.ops.tsopt.gemm(y, w)  # another shape: the dispatcher's fake
+        return tuned.float().relu().sum() + dispatched.float().sum() + torch.ops.tsopt.copy(x).sum()
+
+    compiled = torch.compile(model, fullgraph=True, backend=recording)
+    out = compiled(bf16(64, 32).to("meta"), bf16(16, 32).to("meta"), bf16(8, 32).to("meta"))
+    assert out.device.type == "meta" and len(graphs) == 1
+    targets = {str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"}
+    assert {"tsopt.gemm_bf16_64x16x32", "tsopt.gemm", "tsopt.copy"} <= targets
+
+
+def test_torch_export_records_the_op_from_cpu_tensors(package) -> None:  # type: ignore[no-untyped-def]
+    class Layer(torch.nn.Module):
+        def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            return torch.ops.tsopt.gemm(x, w) * 2
+
+    # Tracing runs the fake only: the CPU tensors never reach the kernel.
+    exported = torch.export.export(Layer(), (bf16(64, 32), bf16(16, 32)))
+    calls = [str(n.target) for n in exported.graph.nodes if n.op == "call_function"]
+    assert "tsopt.gemm.default" in calls
+
+
+def test_compiling_with_a_wrong_shape_fails_at_trace_time_naming_it(package) -> None:  # type: ignore[no-untyped-def]
+    compiled = torch.compile(lambda x, w: torch.ops.tsopt.gemm_bf16_64x16x32(x, w), fullgraph=True,
+                             backend="eager")
+    with pytest.raises(Exception, match=r"b: shape \(16, 16\) != \(16, 32\)"):
+        compiled(bf16(64, 32).to("meta"), bf16(16, 16).to("meta"))
+
+
+# -- input checks before any launch ---------------------------------------------------------------
+
+
+def _misaligned(rows: int, cols: int) -> torch.Tensor:
+    """Contiguous, right shape and dtype, but its data starts 2 bytes into an allocation."""
+    return torch.zeros(rows * cols + 1, dtype=torch.bfloat16)[1:].view(rows, cols)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: (bf16(64, 32), bf16(16, 32)), r"a: not on a CUDA device \(on cpu\); b: not on a CUDA"),
+        (lambda: (bf16(64, 32).half(), bf16(16, 32)), r"a: dtype torch.float16 != torch.bfloat16"),
+        (lambda: (bf16(8, 32), bf16(16, 32)), r"a: shape \(8, 32\) != \(64, 32\)"),
+        (lambda: (bf16(32, 64).t(), bf16(16, 32)), r"a: .*not contiguous \(row-major; strides \(1, 64\)\)"),
+        (lambda: (_misaligned(64, 32), bf16(16, 32)), r"a: .*data pointer 0x[0-9a-f]+ not 16-byte aligned"),
+    ],
+    ids=["cpu", "dtype", "shape", "non-contiguous", "misaligned"],
+)
+def test_bad_inputs_raise_one_error_naming_what_is_wrong(package, make, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(KernelInputError, match=message) as raised:
+        torch.ops.tsopt.gemm_bf16_64x16x32(*make())
+    text = str(raised.value)
+    assert text.startswith("torch.ops.tsopt.gemm_bf16_64x16x32 (tuned for gemm bf16 64x16x32")
+    assert "\n" not in text
+    assert GEMM not in torch_ops._LOADED  # checked before the library was opened
+
+
+def test_every_problem_of_every_input_is_in_the_one_message(package) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(KernelInputError) as raised:
+        torch.ops.tsopt.gemm_bf16_64x16x32(bf16(8, 32).half(), bf16(32, 16).t())
+    text = str(raised.value)
+    for part in ("a: shape (8, 32) != (64, 32), dtype torch.float16", "b: not on a CUDA device",
+                 "b: not on a CUDA device (on cpu), not contiguous"):
+        assert part in text, text
+
+
+# -- the dispatch table ---------------------------------------------------------------------------
+
+
+def test_dispatch_falls_back_to_torch_and_warns_once_per_shape(package) -> None:  # type: ignore[no-untyped-def]
+    a, b = bf16(64, 32), bf16(16, 32)
+    with pytest.warns(FallbackWarning, match=r"gemm bf16 m=64 n=16 k=32: torch.ops.tsopt."
+                      r"gemm_bf16_64x16x32 cannot take these tensors \(a: not on a CUDA device"):
+        d = torch.ops.tsopt.gemm(a, b)
+    assert torch.equal(d, torch.matmul(a, b.t()))
+    small = bf16(24, 32)
+    with pytest.warns(FallbackWarning, match=r"m=24 n=16 k=32: no tuned kernel for this shape and "
+                      r"dtype \(tuned: gemm bf16 64x16x32.*\); running torch.matmul"):
+        torch.ops.tsopt.gemm(small, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per shape: a second call is silent
+        torch.ops.tsopt.gemm(small, b)
+        torch.ops.tsopt.gemm(a, b)
+    seen = {f.sizes: f for f in torch_ops.fallbacks() if f.op == "gemm"}
+    assert seen[(("m", 24), ("n", 16), ("k", 32))].calls == 2
+    assert seen[(("m", 64), ("n", 16), ("k", 32))].calls == 2
+    assert "no tuned kernel" in seen[(("m", 24), ("n", 16), ("k", 32))].reasons[0]
+
+
+def test_dispatched_copy_falls_back_to_a_contiguous_clone(package) -> None:  # type: ignore[no-untyped-def]
+    src = torch.randn(256, 96).half().t()  # 96x256, not contiguous
+    with pytest.warns(FallbackWarning, match="copy fp16 rows=96 cols=256: no tuned kernel"):
+        dst = torch.ops.tsopt.copy(src)
+    assert torch.equal(dst, src) and dst.is_contiguous() and dst.data_ptr() != src.data_ptr()
+
+
+def test_dispatch_refuses_what_the_op_cannot_mean(package) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(KernelInputError, match=r"computes a @ b.T of a \(m, k\) and b \(n, k\)"):
+        torch.ops.tsopt.gemm(bf16(64, 32), bf16(16, 31))
+    with pytest.raises(KernelInputError, match="copies a 2-D tensor"):
+        torch.ops.tsopt.copy(torch.zeros(4, 4, 4, dtype=torch.float16))
+
+
+# -- torch and the standard library only ----------------------------------------------------------
+
+
+def test_the_module_needs_only_torch_the_standard_library_and_its_loader(tmp_path: Path) -> None:
+    for name in ("torch_ops.py", "loader.py"):
+        (tmp_path / name).write_text((ROOT / "workers" / name).read_text())
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('torch_ops', {str(tmp_path / 'torch_ops.py')!r})\n"
+        "module = importlib.util.module_from_spec(spec); sys.modules['torch_ops'] = module\n"
+        "spec.loader.exec_module(module)\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'tsopt', 'cutlass', 'sqlalchemy', "
+        "'optuna', 'ray', 'rich', 'typer', 'numpy_financial'})\n"
+        "print(heavy, module._loader.__file__)\n"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, check=True)
+    assert done.stdout.split()[0] == "[]" and done.stdout.strip().endswith(str(tmp_path / "loader.py"))

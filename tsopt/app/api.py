@@ -1,0 +1,160 @@
+"""The Python API: ``tsopt.tune``, ``tsopt.report``, ``tsopt.export``, with the command line's
+semantics, returning records instead of printing.
+
+``tsopt/__init__.py`` imports this module only when one of them is called, so ``import tsopt``
+stays cheap. Bad input raises :class:`tsopt.core.errors.UserInputError` (the command line's
+exit code 2), naming the bad value.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from tsopt.app.export import ExportResult, export_studies
+from tsopt.app.tune_command import DEFAULT_DB, parse_duration, resolve_trials
+from tsopt.core.errors import UserInputError
+from tsopt.core.problem import Problem, parse_problem_spec
+
+
+@dataclass(frozen=True)
+class BestCandidate:
+    """A study's fastest correct candidate and its figures (against the vendor baseline timed
+    in the same run)."""
+
+    genome_hash: str
+    median_us: float
+    ratio: float | None
+    baseline_name: str
+    rate: float | None
+    rate_unit: str
+    device: str
+
+
+@dataclass(frozen=True)
+class TuneSummary:
+    """What one tune run did, and where its study stands.
+
+    ``trials``..``timed`` count this run (a trial is one proposal of the sampler; most are
+    rejected before any build); ``funnel`` is the whole study's (stage, count). ``bundle`` is
+    where built candidates wait for ``tsopt measure`` on a GPU machine, when none was here.
+    ``exit_code``: 0 done, 1 valid candidates but none built, 130 interrupted.
+    """
+
+    study: str
+    exit_code: int
+    stop_reason: str | None
+    trials: int
+    rejected: int
+    built: int
+    measured: int
+    timed: int
+    funnel: tuple[tuple[str, int], ...]
+    best: BestCandidate | None
+    bundle: Path | None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["bundle"] = str(self.bundle) if self.bundle is not None else None
+        doc["funnel"] = dict(self.funnel)
+        return doc
+
+
+def _problem(problem: str | Problem | dict[str, Any]) -> Problem:
+    if isinstance(problem, Problem):
+        return problem
+    if isinstance(problem, dict):
+        return Problem.from_dict(problem)
+    return parse_problem_spec(problem)
+
+
+def _seconds(time: str | float | None) -> float | None:
+    if time is None or isinstance(time, str):
+        return parse_duration(time)
+    return parse_duration(str(float(time)))
+
+
+# The TuneRequest fields tune() passes through as they are (the others it builds itself).
+_PASSED = ("sampler", "arch", "study", "bundle_dir", "workers", "seed", "cache_dir", "measure",
+           "ray_address", "patience", "warm_start", "knobs", "pool")
+
+
+def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | None = None,
+         built: int | None = None, measured: int | None = None, time: str | float | None = None,
+         db: str = DEFAULT_DB, progress: bool = False, **options: Any) -> TuneSummary:
+    """``tsopt tune SPACE``: search ``space`` for ``problem`` (``"gemm:bf16:8192x8192x8192"``,
+    a :class:`Problem` or its dict). Budgets as on the command line: ``trials`` (the study's
+    total of proposals; default 100 unless another budget is given), ``built``, ``measured``
+    (candidates), ``time`` (``"30m"`` or seconds). ``options``: ``sampler``, ``arch``,
+    ``study``, ``bundle_dir``, ``workers``, ``seed``, ``cache_dir``, ``measure`` (auto, never,
+    always), ``ray_address``, ``patience``, ``warm_start``, ``knobs`` (``["stages=2,4"]``),
+    ``pool``. ``progress`` shows the live view on the terminal."""
+    from tsopt.db.store import Store
+    from tsopt.search.driver import Driver
+    from tsopt.search.request import TuneRequest
+
+    unknown = sorted(set(options) - set(_PASSED))
+    if unknown:
+        raise UserInputError(f"tune() got unknown option(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(_PASSED)}")
+    if "knobs" in options:
+        options["knobs"] = tuple(options["knobs"])
+    for name in ("bundle_dir", "cache_dir"):
+        if options.get(name) is not None:
+            options[name] = Path(options[name])
+    time_budget_s = _seconds(time)
+    request = TuneRequest(space=space, problem=_problem(problem), db_url=db, built=built,
+                          measured=measured, time_budget_s=time_budget_s,
+                          trials=resolve_trials(trials, built, measured, time_budget_s), **options)
+    console = Console() if progress else Console(file=io.StringIO(), width=200)
+    driver = Driver(request, console)
+    code = driver.run()
+    stats = driver.stats
+    name = request.study_name()
+    with Store(db) as store:
+        funnel = tuple(store.funnel(name).items())
+        ranked = store.ranked(name, limit=1)
+    best = None
+    if ranked:
+        m = ranked[0].measurement
+        best = BestCandidate(ranked[0].genome_hash, float(m.median_us or 0.0), m.ratio,
+                             m.baseline_name, m.rate, m.rate_unit, m.device)
+    waiting = stats.awaiting > 0 or (driver.measure_pool is None and driver.bundle_dir.exists())
+    return TuneSummary(
+        study=name, exit_code=code,
+        stop_reason=None if driver.stop_reason == "trials" else driver.stop_reason,
+        trials=stats.proposed, rejected=sum(stats.rejected.values()), built=stats.built,
+        measured=sum(stats.measured.values()), timed=stats.measured.get("ok", 0), funnel=funnel,
+        best=best, bundle=driver.bundle_dir if waiting else None)
+
+
+def report(study: str | Sequence[str], *, out: str | Path | None = None,
+           db: str = DEFAULT_DB) -> Path:
+    """``tsopt report``: write the self-contained HTML report of a study (or of two, side by
+    side: a pair of names); returns its path."""
+    from tsopt.reports.report import write_report
+
+    names = [study] if isinstance(study, str) else list(study)
+    if not 1 <= len(names) <= 2 or len(set(names)) != len(names):
+        raise UserInputError(f"report() takes one study or two different ones, got {names!r}")
+    return write_report(names, Path(out) if out is not None else None, db).path
+
+
+def export(study: str | Sequence[str], out: str | Path, *, rank: int = 1, force: bool = False,
+           db: str = DEFAULT_DB) -> ExportResult:
+    """``tsopt export``: one study's kernel of rank ``rank``, or several studies as one package
+    (a sequence of names), into ``out``; returns what was written (its manifest is
+    ``result.manifest_path``). Refuses, with ``UserInputError``, what the command refuses."""
+    from tsopt.db.store import Store
+
+    names = [study] if isinstance(study, str) else list(study)
+    with Store(db) as store:
+        return export_studies(store, names, Path(out), rank, force)
+
+
+__all__ = ["BestCandidate", "ExportResult", "TuneSummary", "export", "report", "tune"]

@@ -1,0 +1,152 @@
+"""``tsopt tune <space>``: one command per registered space, declared from the registries.
+
+A space's command takes its op's sizes (``--rows --cols`` for copy, ``--m --n --k`` for
+gemm, with the op registry's help) and the options every tune shares, declared once in
+:data:`TUNE_OPTIONS`. Registering a space (one line in :mod:`tsopt.core.registry`) is all it
+takes for its command to exist; nothing here imports a space.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from tsopt.core.errors import UserInputError
+from tsopt.core.problem import OP_SPECS, Problem
+from tsopt.core.registry import SPACES, SpaceEntry
+
+DEFAULT_DB = "sqlite:///tsopt.db"
+DB_HELP = "SQLAlchemy URL of the database (default: tsopt.db in the working directory)."
+
+DEFAULT_TRIALS = 100
+TRIALS_HELP = (f"Trials in the study in total (default {DEFAULT_TRIALS}, or no bound when --built, "
+               "--measured or --time is given): running the same command again resumes it up to "
+               "N (after Ctrl-C or a kill). A trial is one proposal of the sampler, not a kernel: "
+               "most proposals are rejected by the verifier before anything is built (on the "
+               "GEMM space, --trials 200 may build fewer than 10 candidates).")
+BUILT_HELP = ("Stop once the study holds N built candidates (counted like --trials, over the "
+              "whole study; candidates already in flight finish).")
+MEASURED_HELP = ("Stop once the study holds N candidates measured correct (timed). Needs a GPU "
+                 "here: without one nothing is measured, use --built.")
+SAMPLER_HELP = ("tpe (default), random, cmaes (numeric knobs; the others fall back to TPE) or "
+                "grid (exhaustive; small or --knob-restricted spaces).")
+WORKERS_HELP = ("Workers verifying and building in parallel (0: one at a time in this "
+                "process). With N > 0 a local Ray cluster of N CPUs is started, or joined with "
+                "--ray-address; each GPU gets a measuring actor. With --pool processes: N "
+                "local build processes instead of Ray.")
+RAY_HELP = "Join this Ray cluster (HOST:PORT of its head) instead of starting a local one."
+POOL_HELP = ("What --workers N runs on: ray (default; a local Ray cluster, or --ray-address) "
+             "or processes (N build processes on this machine, no Ray; measuring on this "
+             "machine's GPU if it has one).")
+PATIENCE_HELP = ("Stop after N trials without a faster measurement. Improvement needs "
+                 "measurements: without a GPU nothing is timed and this never triggers.")
+WARM_HELP = ("Start a new study from the best genomes of finished studies of the same space "
+             "and dtype on the nearest shapes in the database.")
+KNOB_HELP = ("Restrict a knob to some of its choices, e.g. --knob stages=2,4 (repeatable; one "
+             "value fixes it). Makes --sampler grid possible on a big space.")
+
+# (parameter name, annotation, typer option) for every option all tune commands share.
+TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("trials", int | None, typer.Option(None, help=TRIALS_HELP, show_default=False)),
+    ("built", int | None, typer.Option(None, help=BUILT_HELP)),
+    ("measured", int | None, typer.Option(None, help=MEASURED_HELP)),
+    ("time", str | None, typer.Option(None, "--time",
+                                      help="Wall-clock budget of this run, e.g. 30m.")),
+    ("patience", int | None, typer.Option(None, help=PATIENCE_HELP)),
+    ("sampler", str, typer.Option("tpe", help=SAMPLER_HELP)),
+    ("knob", list[str] | None, typer.Option(None, "--knob", help=KNOB_HELP)),
+    ("arch", str, typer.Option("sm_90a", help="Target architecture.")),
+    ("study", str | None, typer.Option(None, help="Study name (default: derived from the "
+                                                  "problem).")),
+    ("db", str, typer.Option(DEFAULT_DB, help=DB_HELP)),
+    ("bundle", Path | None, typer.Option(None, help="Bundle directory (default: "
+                                                     ".tsopt/bundles/<study>).")),
+    ("workers", int, typer.Option(0, help=WORKERS_HELP)),
+    ("ray_address", str | None, typer.Option(None, "--ray-address", help=RAY_HELP)),
+    ("pool", str, typer.Option("ray", help=POOL_HELP)),
+    ("warm_start", bool, typer.Option(True, "--warm-start/--no-warm-start", help=WARM_HELP)),
+    ("seed", int, typer.Option(0, help="Sampler seed.")),
+)
+
+
+def parse_duration(text: str | None) -> float | None:
+    """``90s``, ``30m``, ``2h`` or plain seconds -> seconds; UserInputError naming the text."""
+    if text is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600}
+    value, unit = text[:-1], text[-1:]
+    if unit not in units:
+        value, unit = text, "s"
+    try:
+        seconds = float(value) * units[unit]
+    except ValueError:
+        raise UserInputError(f"--time {text!r} is not a duration like 90s, 30m or 2h") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UserInputError(f"--time {text!r} must be a finite, positive duration")
+    return seconds
+
+
+def resolve_trials(trials: int | None, built: int | None, measured: int | None,
+                   time_budget_s: float | None) -> int | None:
+    """``--trials`` as given; unset, the default unless another budget bounds the run."""
+    if trials is not None:
+        return trials
+    return None if (built, measured, time_budget_s) != (None, None, None) else DEFAULT_TRIALS
+
+
+def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[None]],
+               console: Console) -> Callable[..., None]:
+    sizes = OP_SPECS[entry.op].size_names
+
+    def tune(**options: Any) -> None:
+        with guard(options["db"]):  # a database that cannot be used is named
+            from tsopt.search.driver import run_tune
+            from tsopt.search.request import TuneRequest
+
+            problem = Problem.of(entry.op, options["dtype"],
+                                 **{name: options[name] for name in sizes})
+            time_budget_s = parse_duration(options["time"])
+            request = TuneRequest(
+                space=entry.name, problem=problem,
+                trials=resolve_trials(options["trials"], options["built"], options["measured"],
+                                      time_budget_s),
+                built=options["built"], measured=options["measured"],
+                time_budget_s=time_budget_s, sampler=options["sampler"],
+                arch=options["arch"], study=options["study"], db_url=options["db"],
+                bundle_dir=options["bundle"], workers=options["workers"], seed=options["seed"],
+                ray_address=options["ray_address"], patience=options["patience"],
+                warm_start=options["warm_start"], knobs=tuple(options["knob"] or ()),
+                pool=options["pool"],
+            )
+            code = run_tune(request, console)
+        raise typer.Exit(code)
+
+    spec = OP_SPECS[entry.op]
+    parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=int,
+                                    default=typer.Option(..., help=help_text))
+                  for name, help_text in spec.sizes]
+    parameters.append(inspect.Parameter(
+        "dtype", inspect.Parameter.KEYWORD_ONLY, annotation=str,
+        default=typer.Option(spec.default_dtype, help="Element type (`tsopt spaces "
+                             f"{entry.name}` lists the ones this space takes).")))
+    parameters += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                                     default=option) for name, kind, option in TUNE_OPTIONS]
+    tune.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    tune.__doc__ = entry.summary
+    tune.__name__ = f"tune_{entry.name}"
+    return tune
+
+
+def register_tune_commands(app: typer.Typer,
+                           guard: Callable[[str], AbstractContextManager[None]],
+                           console: Console) -> None:
+    """Add ``tune <space>`` to ``app`` for every registered space."""
+    for entry in SPACES.values():
+        app.command(entry.name)(_tune_body(entry, guard, console))

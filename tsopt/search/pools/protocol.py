@@ -1,0 +1,130 @@
+"""The two pool interfaces the driver works with, and the records that cross them.
+
+A **build pool** verifies and builds candidates (:func:`tsopt.search.pipeline.evaluate`): in
+this process (:mod:`.serial`), in local processes (:mod:`.processes`) or in Ray tasks
+(:mod:`.ray`). A **measure pool** times built candidates on GPUs: this machine's GPU
+(:mod:`.inline`) or one Ray actor per GPU (:mod:`.ray`). A new kind of pool is one module that
+implements one of these protocols.
+
+What crosses a process or machine boundary is a frozen, serialisable record:
+:class:`~tsopt.search.pipeline.EvaluateRequest` and
+:class:`~tsopt.search.pipeline.Evaluation` for builds, :class:`MeasureRequest` and
+:class:`MeasureResult` for measurements. The ``tag`` a caller submits with a request (the
+driver's job) never leaves the driver's process: pools hand it back with the result.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from tsopt.core.bundle import Baseline
+from tsopt.core.records import Measurement
+from tsopt.search.pipeline import EvaluateRequest, Evaluation
+
+
+@dataclass(frozen=True)
+class BuildDone:
+    """A finished build request: its evaluation, or why the worker could not give one."""
+
+    tag: Any
+    evaluation: Evaluation | None = None
+    failure: str | None = None  # the worker died twice, or the function raised
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """One built candidate to check and time."""
+
+    artifact_dir: str
+    genome_hash: str
+    problem: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """What a measuring worker made of a request.
+
+    ``measurement`` is the candidate's record (any status, ``crash`` when the worker itself
+    died); ``baseline`` the problem's first baseline timing on that worker. ``unusable`` says
+    that this GPU cannot measure at all (its baseline failed): the driver stops measuring and
+    bundles the rest.
+    """
+
+    measurement: Measurement | None = None
+    baseline: Baseline | None = None
+    pid: int = 0
+    seconds: float = 0.0
+    unusable: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"measurement": self.measurement.to_dict() if self.measurement else None,
+                "baseline": self.baseline.to_dict() if self.baseline else None,
+                "pid": self.pid, "seconds": self.seconds, "unusable": self.unusable}
+
+
+@dataclass(frozen=True)
+class MeasureDone:
+    """A finished measure request: the worker (an index into the pool's slots) and its result."""
+
+    tag: Any
+    worker: int
+    result: MeasureResult
+
+
+class BuildPool(Protocol):
+    """Verifies and builds; up to ``slots`` candidates at a time."""
+
+    slots: int
+
+    def free(self) -> int:
+        """How many more requests would start now."""
+
+    def busy(self) -> int:
+        """Requests submitted and not yet returned by :meth:`poll`."""
+
+    def submit(self, tag: Any, request: EvaluateRequest) -> None: ...
+
+    def poll(self, timeout: float) -> list[BuildDone]:
+        """Finished requests, waiting up to ``timeout`` seconds for the first."""
+
+    def close(self) -> None: ...
+
+
+class MeasurePool(Protocol):
+    """Measures on GPUs, one worker per GPU (``slots``)."""
+
+    @property
+    def slots(self) -> int: ...
+
+    def submit(self, tag: Any, request: MeasureRequest) -> None: ...
+
+    def pending(self) -> int:
+        """Requests queued or being measured."""
+
+    def poll(self, timeout: float) -> list[MeasureDone]: ...
+
+    def drop_queued(self) -> list[Any]:
+        """Forget the requests not handed to a GPU yet; returns their tags."""
+
+    def close(self) -> list[str]:
+        """Stop the workers; returns one summary line per worker that measured."""
+
+
+class MeasureQueue:
+    """The waiting line of a measuring pool: requests submitted, not yet handed to a GPU."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[Any, MeasureRequest]] = deque()
+
+    def submit(self, tag: Any, request: MeasureRequest) -> None:
+        self._queue.append((tag, request))
+
+    def drop_queued(self) -> list[Any]:
+        tags = [tag for tag, _ in self._queue]
+        self._queue.clear()
+        return tags

@@ -1,0 +1,96 @@
+"""What one ``tsopt tune`` run is asked to do (:class:`TuneRequest`), checked before anything
+starts. :func:`tsopt.search.driver.run_tune` carries it out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tsopt.core.devices import check_fits
+from tsopt.core.errors import UserInputError
+from tsopt.core.names import check_study_name
+from tsopt.core.problem import Problem, ProblemError
+from tsopt.search.samplers import SAMPLERS
+
+POOLS = ("ray", "processes")  # what `--workers N` verifies and builds on
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """Everything one ``tsopt tune`` run needs.
+
+    ``trials`` is the study's total of proposals (a second run of the same command resumes up
+    to it); a trial is one proposal of the sampler, and most are rejected by the verifier before
+    anything is built, so ``built`` and ``measured`` bound what the study spends instead: stop
+    once it holds that many built candidates, or candidates timed correct (None: no such bound;
+    ``trials`` None: no bound on proposals, another budget ends the run).
+    ``time_budget_s`` bounds this run; ``patience`` stops after that many trials without a
+    faster measurement (never without a GPU: nothing is measured). ``workers`` > 0 (or a
+    ``ray_address``) verifies and builds in Ray tasks; 0 does it here, one at a time.
+    ``pool="processes"`` (with ``workers`` > 0) builds in that many local processes instead
+    of Ray, and measures on this machine's GPU (:mod:`tsopt.search.pools.process_pool`).
+    ``knobs`` restricts knobs (``"stages=2,4"``).
+    """
+
+    space: str
+    problem: Problem
+    trials: int | None = 50
+    built: int | None = None
+    measured: int | None = None
+    time_budget_s: float | None = None
+    sampler: str = "tpe"
+    arch: str = "sm_90a"
+    study: str | None = None
+    db_url: str = "sqlite:///tsopt.db"
+    bundle_dir: Path | None = None
+    workers: int = 0
+    seed: int = 0
+    cache_dir: Path = Path(".tsopt") / "artifacts"
+    measure: str = "auto"  # auto | never | always
+    ray_address: str | None = None
+    patience: int | None = None
+    warm_start: bool = True
+    knobs: tuple[str, ...] = field(default_factory=tuple)
+    pool: str = "ray"  # ray | processes: what --workers N runs on
+
+    def study_name(self) -> str:
+        """Default: space, problem and arch, e.g. ``copy-fp16-4096x4096-sm_90a``."""
+        if self.study:
+            return self.study
+        key = self.problem.key
+        if key.startswith(f"{self.space}-"):
+            key = key[len(self.space) + 1:]
+        return f"{self.space}-{key}-{self.arch}"
+
+    def validate(self) -> None:
+        """Raises UserInputError naming the first bad value."""
+        # A study name lands in paths (.tsopt/bundles/<study>): a name, never a path.
+        check_study_name(self.study_name(), "--study" if self.study else "study name")
+        try:
+            check_fits(self.problem, self.arch)
+        except ProblemError as exc:
+            raise UserInputError(str(exc)) from None
+        if self.trials is not None and self.trials < 1:
+            raise UserInputError(f"--trials {self.trials} must be at least 1")
+        for flag, value in (("--built", self.built), ("--measured", self.measured)):
+            if value is not None and value < 1:
+                raise UserInputError(f"{flag} {value} must be at least 1")
+        if (self.trials is None and self.built is None and self.measured is None
+                and self.time_budget_s is None and self.sampler != "grid"):
+            raise UserInputError("no budget: give --trials, --built, --measured or --time")
+        if self.sampler not in SAMPLERS:
+            raise UserInputError(f"--sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
+        if self.workers < 0:
+            raise UserInputError(f"--workers {self.workers} must be >= 0")
+        if self.patience is not None and self.patience < 1:
+            raise UserInputError(f"--patience {self.patience} must be at least 1")
+        if self.measure not in ("auto", "never", "always"):
+            raise UserInputError(f"measure mode {self.measure!r} is not auto, never or always")
+        if self.pool not in POOLS:
+            raise UserInputError(f"--pool {self.pool!r} is not one of {', '.join(POOLS)}")
+        if self.pool == "processes" and self.workers < 1:
+            raise UserInputError(f"--pool processes needs --workers N >= 1 (got --workers "
+                                 f"{self.workers}; --workers 0 builds in this process)")
+        if self.pool == "processes" and self.ray_address:
+            raise UserInputError(f"--pool processes builds on this machine; --ray-address "
+                                 f"{self.ray_address!r} needs --pool ray")

@@ -1,0 +1,374 @@
+"""tsopt kernels as PyTorch operators, ``torch.ops.tsopt.*``: for torch.compile and CUDA graphs.
+
+Imports only torch, the standard library and ``loader.py`` beside it: ``tsopt export`` copies
+this file into every export as ``torch_ops.py``. Usage::
+
+    import sys; sys.path.insert(0, "best-gemm")
+    import torch_ops
+    torch_ops.load("best-gemm")                            # registers the export's ops
+    d = torch.ops.tsopt.gemm_bf16_8192x8192x8192(a, b)     # D = A @ B^T, this problem only
+    d = torch.ops.tsopt.gemm(a, b)                         # any shape: dispatched
+
+Two kinds of op:
+
+- **one per kernel**, named after its problem (``gemm_bf16_8192x8192x8192``,
+  ``copy_fp16_4096x4096``): the tuned kernel, for exactly its shape and dtype. It checks its
+  inputs before it launches and raises :class:`KernelInputError` naming what is wrong with
+  each (device, dtype, shape, layout, alignment).
+- **one per op** (``torch.ops.tsopt.gemm``: ``a @ b.T``; ``torch.ops.tsopt.copy``): a dispatch
+  table over the kernels of every package loaded. An input it has a kernel for (that shape
+  and dtype; CUDA, contiguous, aligned) runs the tuned kernel; any other runs torch
+  (``torch.matmul(a, b.t())``, ``src.clone()``) and warns once per shape, saying why
+  (:class:`FallbackWarning`; :func:`fallbacks` lists them).
+
+Both have a fake (meta) implementation, so ``torch.compile(fullgraph=True)`` traces a model
+that calls them without a graph break. The kernel launches on the current CUDA stream
+(``torch.cuda.current_stream()``), so a CUDA graph captures it. Its module is loaded by
+:func:`load` where CUDA is available (else at the first call): loading is not stream work, so
+it must not first happen inside a capture. The ops have no autograd formula (forward only).
+The registry is this module's: load every package of a process through one import of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+NAMESPACE = "tsopt"
+
+
+def _sibling_loader() -> ModuleType:
+    """``loader.py`` beside this file: ``tsopt.workers.loader`` inside tsopt, the export's own
+    copy in an export (imported by path, so the export need not be on ``sys.path``)."""
+    if __package__:
+        from . import loader
+
+        return loader
+    path = Path(__file__).resolve().with_name("loader.py")
+    name = "_tsopt_loader_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"torch_ops.py needs loader.py beside it: {path} is missing")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it executes
+    spec.loader.exec_module(module)
+    return module
+
+
+_loader = _sibling_loader()
+KernelInputError = _loader.KernelInputError
+KernelLoadError = _loader.KernelLoadError
+TensorSpec = _loader.TensorSpec
+TORCH_DTYPES: dict[str, torch.dtype] = _loader.TORCH_DTYPES
+DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
+
+Sizes = tuple[tuple[str, int], ...]
+
+
+class FallbackWarning(UserWarning):
+    """A dispatched call ran torch instead of a tuned kernel (once per shape and reason)."""
+
+
+# -- what each op means, torch only ------------------------------------------------------------
+def _gemm_sizes(tensors: Sequence[torch.Tensor]) -> Sizes:
+    a, b = tensors
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1] or a.dtype != b.dtype:
+        raise KernelInputError(
+            f"torch.ops.{NAMESPACE}.gemm computes a @ b.T of a (m, k) and b (n, k) of one dtype; "
+            f"got a {a.dtype}{list(a.shape)} and b {b.dtype}{list(b.shape)}")
+    return (("m", int(a.shape[0])), ("n", int(b.shape[0])), ("k", int(a.shape[1])))
+
+
+def _copy_sizes(tensors: Sequence[torch.Tensor]) -> Sizes:
+    (src,) = tensors
+    if src.dim() != 2:
+        raise KernelInputError(f"torch.ops.{NAMESPACE}.copy copies a 2-D tensor; got src "
+                               f"{src.dtype}{list(src.shape)}")
+    return (("rows", int(src.shape[0])), ("cols", int(src.shape[1])))
+
+
+@dataclass(frozen=True)
+class OpKind:
+    """One op tsopt tunes, as torch sees it: its arguments, its problem sizes read from them
+    (rejecting what the op cannot mean), its output's shape, and torch's own version."""
+
+    name: str
+    arguments: tuple[str, ...]
+    sizes: Callable[[Sequence[torch.Tensor]], Sizes]
+    out_shape: Callable[[Sizes], tuple[int, ...]]
+    fallback: Callable[[Sequence[torch.Tensor]], torch.Tensor]
+    fallback_name: str
+
+
+OP_KINDS: dict[str, OpKind] = {
+    "gemm": OpKind("gemm", ("a", "b"), _gemm_sizes, lambda s: (s[0][1], s[1][1]),
+                   lambda t: torch.matmul(t[0], t[1].t()), "torch.matmul(a, b.t())"),
+    "copy": OpKind("copy", ("src",), _copy_sizes, lambda s: (s[0][1], s[1][1]),
+                   lambda t: t[0].clone(memory_format=torch.contiguous_format), "src.clone()"),
+}
+
+
+# -- the kernels of a package ------------------------------------------------------------------
+@dataclass(frozen=True)
+class PackagedKernel:
+    """One tuned kernel of an export: its op name, problem, directory and signature."""
+
+    name: str  # the op's name under torch.ops.tsopt, e.g. gemm_bf16_8192x8192x8192
+    op: str
+    dtype: str
+    sizes: Sizes
+    directory: Path
+    genome_hash: str
+    inputs: tuple[Any, ...]  # loader.TensorSpec, in call order
+    output: Any  # loader.TensorSpec
+
+    @property
+    def qualified(self) -> str:
+        return f"torch.ops.{NAMESPACE}.{self.name}"
+
+    @property
+    def problem_text(self) -> str:
+        return f"{self.op} {self.dtype} " + "x".join(str(v) for _, v in self.sizes)
+
+
+@dataclass(frozen=True)
+class KernelPackage:
+    """What :func:`load` registered: the export's directory and its kernels."""
+
+    directory: Path
+    kernels: tuple[PackagedKernel, ...]
+
+    def op(self, name: str) -> Any:
+        """The registered op of kernel ``name`` (``torch.ops.tsopt.<name>``)."""
+        return getattr(getattr(torch.ops, NAMESPACE), name)
+
+    def __repr__(self) -> str:
+        names = ", ".join(k.name for k in self.kernels)
+        return f"<tsopt package {self.directory}: {names}>"
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A shape a dispatched op ran torch for, why, and how many calls did (eager calls and
+    captures: a CUDA graph's replays run no Python)."""
+
+    op: str
+    dtype: str
+    sizes: Sizes
+    reasons: tuple[str, ...]
+    calls: int
+
+
+def _kernel_entries(directory: Path) -> list[dict[str, Any]]:
+    path = directory / "manifest.json"
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise KernelLoadError(f"{directory}: not a tsopt export (no manifest.json)") from None
+    except ValueError as exc:
+        raise KernelLoadError(f"{path}: malformed ({exc})") from None
+    if doc.get("format") != "tsopt-export":
+        raise KernelLoadError(f"{path}: not a tsopt export manifest (format {doc.get('format')!r})")
+    if "kernels" in doc:
+        return list(doc["kernels"])
+    # An export written before packages (version 1): one kernel, at the top.
+    problem = dict(doc["problem"])
+    op, dtype = problem.pop("op"), problem.pop("dtype")
+    order = {"gemm": ("m", "n", "k"), "copy": ("rows", "cols")}[op]
+    sizes = [[n, int(problem[n])] for n in order]
+    name = "_".join([op, dtype, "x".join(str(v) for _, v in sizes)])
+    return [{"name": name, "op": op, "dtype": dtype, "sizes": sizes, "dir": ".",
+             "genome_hash": doc.get("genome_hash", "")}]
+
+
+def read_package(directory: Path | str) -> KernelPackage:
+    """The kernels an export holds (reads its manifests; registers nothing, opens nothing)."""
+    root = Path(directory).resolve()
+    kernels = []
+    for entry in _kernel_entries(root):
+        kernel_dir = (root / entry["dir"]).resolve()
+        artifact = _loader.KernelManifest.read(kernel_dir)
+        inputs = tuple(t for t in artifact.tensors if t.role == "input")
+        outputs = [t for t in artifact.tensors if t.role == "output"]
+        op = str(entry["op"])
+        if op not in OP_KINDS:
+            raise KernelLoadError(f"{kernel_dir}: op {op!r} has no PyTorch op here "
+                                  f"(known: {', '.join(OP_KINDS)})")
+        if len(outputs) != 1 or len(inputs) != len(OP_KINDS[op].arguments):
+            raise KernelLoadError(f"{kernel_dir}: a {op} kernel takes {OP_KINDS[op].arguments} "
+                                  f"and writes one output; artifact.json lists "
+                                  f"{[t.name for t in artifact.tensors]}")
+        kernels.append(PackagedKernel(
+            name=str(entry["name"]), op=op, dtype=str(entry["dtype"]),
+            sizes=tuple((str(n), int(v)) for n, v in entry["sizes"]), directory=kernel_dir,
+            genome_hash=str(entry.get("genome_hash", "")), inputs=inputs, output=outputs[0]))
+    return KernelPackage(root, tuple(kernels))
+
+
+# -- checks ------------------------------------------------------------------------------------
+def input_problems(kernel: PackagedKernel, tensors: Sequence[Any], tracing: bool = False) -> list[str]:
+    """What is wrong with each input for ``kernel``, as ``name: problem, problem`` (empty: all
+    fit). ``tracing``: fake or meta tensors (a meta device passes; no data pointer exists)."""
+    found = []
+    devices = {t.device for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda}
+    for spec, tensor in zip(kernel.inputs, tensors, strict=True):
+        problems = _loader.tensor_problems(spec, tensor, tracing)
+        if len(devices) > 1 and isinstance(tensor, torch.Tensor) and tensor.is_cuda:
+            problems.append(f"on {tensor.device}, while the inputs span {sorted(map(str, devices))}")
+        if problems:
+            found.append(f"{spec.name}: " + ", ".join(problems))
+    return found
+
+
+def _refuse(kernel: PackagedKernel, problems: list[str]) -> ValueError:
+    """The one error naming every problem of every input (a KernelInputError)."""
+    return KernelInputError(
+        f"{kernel.qualified} (tuned for {kernel.problem_text}, inputs "
+        + ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in kernel.inputs)
+        + f" on a CUDA device, contiguous, {_loader.TMA_ALIGNMENT}-byte aligned): " + "; ".join(problems)
+        + f". torch.ops.{NAMESPACE}.{kernel.op} takes any shape (falling back to torch).")
+
+
+# -- registration ------------------------------------------------------------------------------
+_KERNELS: dict[str, PackagedKernel] = {}  # op name -> kernel
+_TABLE: dict[tuple[str, str, Sizes], PackagedKernel] = {}  # (op, dtype, sizes) -> kernel
+_LOADED: dict[str, Any] = {}  # op name -> loader.LoadedKernel, opened on first use
+_DISPATCHERS: set[str] = set()
+_FALLBACKS: dict[tuple[str, str, Sizes], tuple[set[str], list[int]]] = {}  # -> (reasons, [calls])
+
+
+def _library(kernel: PackagedKernel) -> Any:
+    loaded = _LOADED.get(kernel.name)
+    if loaded is None:
+        loaded = _LOADED[kernel.name] = _loader.LoadedKernel(kernel.directory)
+    return loaded
+
+
+def _launch(kernel: PackagedKernel, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    result: torch.Tensor = _library(kernel)(*tensors)
+    return result
+
+
+def _schema(arguments: Sequence[str]) -> str:
+    return "(" + ", ".join(f"Tensor {name}" for name in arguments) + ") -> Tensor"
+
+
+def _register_kernel(kernel: PackagedKernel) -> None:
+    known = _KERNELS.get(kernel.name)
+    if known is not None:
+        if known.genome_hash != kernel.genome_hash:
+            raise KernelLoadError(
+                f"{kernel.qualified} is already registered by {known.directory} (genome "
+                f"{known.genome_hash[:12]}); {kernel.directory} holds another kernel "
+                f"({kernel.genome_hash[:12]}) for {kernel.problem_text}: load one of them")
+        return
+
+    def run(*tensors: torch.Tensor) -> torch.Tensor:
+        problems = input_problems(kernel, tensors)
+        if problems:
+            raise _refuse(kernel, problems)
+        return _launch(kernel, tensors)
+
+    def fake(*tensors: torch.Tensor) -> torch.Tensor:
+        problems = input_problems(kernel, tensors, tracing=True)
+        if problems:
+            raise _refuse(kernel, problems)
+        return tensors[0].new_empty(kernel.output.shape, dtype=TORCH_DTYPES[kernel.output.dtype])
+
+    op = torch.library.custom_op(f"{NAMESPACE}::{kernel.name}", run, mutates_args=(),
+                                 schema=_schema([t.name for t in kernel.inputs]))
+    op.register_fake(fake)
+    _KERNELS[kernel.name] = kernel
+
+
+def _note_fallback(kind: OpKind, dtype: torch.dtype, sizes: Sizes, reason: str) -> None:
+    dtype_name = DTYPE_NAMES.get(dtype, str(dtype))
+    key = (kind.name, dtype_name, sizes)
+    first = key not in _FALLBACKS
+    reasons, calls = _FALLBACKS.setdefault(key, (set(), [0]))
+    reasons.add(reason)
+    calls[0] += 1
+    if first:
+        shape = " ".join(f"{n}={v}" for n, v in sizes)
+        warnings.warn(f"torch.ops.{NAMESPACE}.{kind.name} {dtype_name} {shape}: {reason}; "
+                      f"running {kind.fallback_name} instead (warned once per shape)",
+                      FallbackWarning, stacklevel=2)
+
+
+def _register_dispatcher(kind: OpKind) -> None:
+    if kind.name in _DISPATCHERS:
+        return
+
+    def run(*tensors: torch.Tensor) -> torch.Tensor:
+        sizes = kind.sizes(tensors)
+        dtype_name = DTYPE_NAMES.get(tensors[0].dtype, str(tensors[0].dtype))
+        kernel = _TABLE.get((kind.name, dtype_name, sizes))
+        if kernel is not None:
+            problems = input_problems(kernel, tensors)
+            if not problems:
+                return _launch(kernel, tensors)
+            reason = f"{kernel.qualified} cannot take these tensors ({'; '.join(problems)})"
+        else:
+            tuned = sorted(k.problem_text for k in _TABLE.values() if k.op == kind.name)
+            reason = f"no tuned kernel for this shape and dtype (tuned: {', '.join(tuned) or 'none'})"
+        _note_fallback(kind, tensors[0].dtype, sizes, reason)
+        return kind.fallback(tensors)
+
+    def fake(*tensors: torch.Tensor) -> torch.Tensor:
+        sizes = kind.sizes(tensors)
+        return tensors[0].new_empty(kind.out_shape(sizes), dtype=tensors[0].dtype)
+
+    op = torch.library.custom_op(f"{NAMESPACE}::{kind.name}", run, mutates_args=(),
+                                 schema=_schema(kind.arguments))
+    op.register_fake(fake)
+    _DISPATCHERS.add(kind.name)
+
+
+def load(directory: Path | str | None = None, preload: bool | None = None) -> KernelPackage:
+    """Register an export's kernels as ``torch.ops.tsopt.<name>`` and add them to the dispatch
+    table of ``torch.ops.tsopt.<op>``; returns what it registered.
+
+    ``directory``: an export (one study, or a package of several); default: the one this file
+    sits in. ``preload`` (default: when CUDA is available) opens each kernel's library and loads
+    its module now, so that the first call may be inside a CUDA graph capture. Loading the same
+    kernel again is a no-op; another kernel for a problem already registered is an error.
+    """
+    package = read_package(Path(__file__).resolve().parent if directory is None else directory)
+    for kernel in package.kernels:
+        key = (kernel.op, kernel.dtype, kernel.sizes)
+        known = _TABLE.get(key)
+        if known is not None and known.genome_hash != kernel.genome_hash:
+            raise KernelLoadError(
+                f"two kernels for {kernel.problem_text}: {known.genome_hash[:12]} from "
+                f"{known.directory} and {kernel.genome_hash[:12]} from {kernel.directory}")
+    for kernel in package.kernels:
+        _register_kernel(kernel)
+        _register_dispatcher(OP_KINDS[kernel.op])
+        _TABLE.setdefault((kernel.op, kernel.dtype, kernel.sizes), kernel)
+    if preload if preload is not None else torch.cuda.is_available():
+        for kernel in package.kernels:
+            _library(kernel).load_module()
+    return package
+
+
+def fallbacks() -> list[Fallback]:
+    """Every shape a dispatched op ran torch for in this process, with the reason and count."""
+    return [Fallback(op, dtype, sizes, tuple(sorted(reasons)), calls[0])
+            for (op, dtype, sizes), (reasons, calls) in sorted(_FALLBACKS.items())]
+
+
+def registered() -> list[PackagedKernel]:
+    """Every kernel registered in this process, by name."""
+    return [_KERNELS[name] for name in sorted(_KERNELS)]
