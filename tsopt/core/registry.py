@@ -37,6 +37,8 @@ _ENTRIES: tuple[SpaceEntry, ...] = (
                "Tune the TS TMA copy (GMEM -> SMEM -> GMEM) for one tensor."),
     SpaceEntry("gemm", "tsopt.search_spaces.gemm.space:HopperGemmSpace", "gemm",
                "Tune the Hopper warp-specialized TS GEMM D = A @ B^T."),
+    SpaceEntry("gridstride", "tsopt.search_spaces.gridstride.space:GridStrideSpace", "copy",
+               "Tune the TS grid-stride copy (GMEM -> registers -> GMEM, one task, no SMEM)."),
 )
 
 SPACES: dict[str, SpaceEntry] = {entry.name: entry for entry in _ENTRIES}
