@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
 from tsopt.core.records import BuildResult, Measurement, Verdict
+from tsopt.core.standing import Standing, standing
 from tsopt.db.models import BuildRow, CandidateRow, MeasurementRow, StudyRow, VerdictRow
 from tsopt.db.views import (
     FUNNEL_STAGES,
@@ -193,36 +194,39 @@ def rejections(session: Session, study: StudyRow) -> list[Rejection]:
 
 
 def ranked(session: Session, study: StudyRow, limit: int | None = None) -> list[RankedCandidate]:
-    """Correct, timed candidates by their best median; ties broken by genome hash."""
-    best = (
-        select(
-            MeasurementRow.id.label("measurement_id"),
-            func.row_number().over(
-                partition_by=MeasurementRow.candidate_id,
-                order_by=(MeasurementRow.median_us, MeasurementRow.id),
-            ).label("pick"),
-        )
-        .join(CandidateRow, CandidateRow.id == MeasurementRow.candidate_id)
-        .where(
-            CandidateRow.study_id == study.id,
-            MeasurementRow.status == "ok",
-            MeasurementRow.median_us.is_not(None),
-        )
-        .subquery()
-    )
-    query = (
+    """Correct, timed candidates, best first by their paired ratio (tsopt.core.standing): the
+    median over a candidate's measurements, with the envelope of their intervals; unpaired
+    records after them by time; ties broken by genome hash."""
+    rows = session.execute(
         select(CandidateRow, MeasurementRow, BuildRow)
         .join(MeasurementRow, MeasurementRow.candidate_id == CandidateRow.id)
-        .join(best, best.c.measurement_id == MeasurementRow.id)
         .outerjoin(BuildRow, BuildRow.id == CandidateRow.build_id)
-        .where(best.c.pick == 1)
-        .order_by(MeasurementRow.median_us, CandidateRow.genome_hash)
-    )
-    if limit is not None:
-        query = query.limit(limit)
+        .where(CandidateRow.study_id == study.id, MeasurementRow.status == "ok",
+               MeasurementRow.median_us.is_not(None))
+        .order_by(CandidateRow.id, MeasurementRow.id)
+    ).all()
     problem_key = study.problem_key
-    return [
-        RankedCandidate(
+    grouped: dict[int, list[tuple[CandidateRow, MeasurementRow, BuildRow | None]]] = {}
+    for cand, meas, build in rows:
+        grouped.setdefault(cand.id, []).append((cand, meas, build))
+    standings: list[tuple[Standing, list[tuple[CandidateRow, MeasurementRow, BuildRow | None]]]] = []
+    for group in grouped.values():
+        records = [measurement_record(meas, cand.genome_hash, problem_key)
+                   for cand, meas, _ in group]
+        found = standing(group[0][0].genome_hash, records)
+        if found is not None:
+            standings.append((found, group))
+    ordered = sorted(standings, key=lambda pair: pair[0].sort_key())
+    if limit is not None:
+        ordered = ordered[:limit]
+    result = []
+    for i, (stand, group) in enumerate(ordered, start=1):
+        # The measurement shown for the candidate: the one nearest its standing.
+        cand, meas, build = min(
+            group, key=lambda row: (abs((row[1].ratio or 0.0) - (stand.ratio or 0.0))
+                                    if stand.ratio is not None
+                                    else abs(row[1].median_us - stand.median_us), row[1].id))
+        result.append(RankedCandidate(
             rank=i,
             candidate_id=cand.id,
             genome=Genome.from_json(cand.genome_json),
@@ -232,9 +236,9 @@ def ranked(session: Session, study: StudyRow, limit: int | None = None) -> list[
             run_id=meas.run_id,
             measured_at=aware(meas.measured_at),
             build=build_record(build) if build is not None else None,
-        )
-        for i, (cand, meas, build) in enumerate(session.execute(query), start=1)
-    ]
+            standing=stand,
+        ))
+    return result
 
 
 def measured_hashes(session: Session, study: StudyRow) -> set[str]:

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
 from tsopt.core.records import BuildResult, Measurement, Verdict
+from tsopt.core.standing import Standing
 
 FUNNEL_STAGES: tuple[str, ...] = (
     "proposed", "dataflow_legal", "ts_valid", "tsopt_checked", "built", "correct", "timed",
@@ -78,7 +79,8 @@ class CandidateInfo:
 
 @dataclass(frozen=True)
 class RankedCandidate:
-    """A correct, timed candidate and its best measurement; rank 1 is the fastest."""
+    """A correct, timed candidate: rank 1 has the highest paired ratio to the vendor baseline
+    (tsopt.core.standing); ``measurement`` is its measurement nearest that standing."""
 
     rank: int
     candidate_id: int
@@ -89,6 +91,7 @@ class RankedCandidate:
     run_id: str
     measured_at: datetime
     build: BuildResult | None
+    standing: Standing | None = None  # every measurement of the candidate, combined
 
     @property
     def genome_hash(self) -> str:

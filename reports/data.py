@@ -48,10 +48,14 @@ def _best_block(best: RankedCandidate, baselines: list[dict[str, Any]]) -> dict[
         baseline_us, baseline_rate, baseline_name = (
             latest["median_us"], latest["rate"], latest["name"]
         )
-    ratio = m.ratio
+    s = best.standing
+    ratio = s.ratio if s is not None and s.ratio is not None else m.ratio
     if ratio is None and baseline_us and m.median_us:
         ratio = baseline_us / m.median_us
+    interval = (None if s is None or s.ratio_lo is None or s.ratio_hi is None
+                else [s.ratio_lo, s.ratio_hi])
     return {
+        "interval": interval, "measurements": s.measurements if s is not None else 1,
         "hash": best.genome_hash,
         "median_us": m.median_us, "p10_us": m.p10_us, "p90_us": m.p90_us,
         "rate": m.rate, "rate_unit": m.rate_unit, "rel_err": m.rel_err,
@@ -84,14 +88,25 @@ def _schedule(genome: Genome, label: str) -> dict[str, Any]:
             "tasks": [v.to_dict() for v in views]}
 
 
-def _row(r: RankedCandidate, genes: Sequence[str]) -> dict[str, Any]:
+def _row(r: RankedCandidate, genes: Sequence[str], first: RankedCandidate) -> dict[str, Any]:
     m = r.measurement
     build = r.build
     values = r.genome.genes
+    s = r.standing
+    ratio = s.ratio if s is not None and s.ratio is not None else m.ratio
+    interval = ("" if s is None or s.ratio_lo is None or s.ratio_hi is None
+                else f"{s.ratio_lo:.3f}\u2013{s.ratio_hi:.3f}")
+    # Rank 1's interval overlapping this one's: the noise cannot tell them apart.
+    close = (r.rank > 1 and s is not None and first.standing is not None
+             and not first.standing.separable_from(s))
     return {
         "rank": r.rank, "hash": r.genome_hash, "origin": r.origin, "trial": r.trial_number,
         "median_us": m.median_us, "p10_us": m.p10_us, "p90_us": m.p90_us,
-        "rate": _num(m.rate), "ratio": _num(m.ratio), "rel_err": _num(m.rel_err, 2),
+        "rate": _num(m.rate), "ratio": _num(ratio), "interval": interval,
+        "measurements": s.measurements if s is not None else 1,
+        "unseparated": "\u2248 #1" if close else "",
+        "flags": ", ".join(s.abnormal) if s is not None else "",
+        "rel_err": _num(m.rel_err, 2),
         "registers": build.registers if build else None,
         "smem_bytes": build.smem_bytes if build else None,
         "genes": [_gene_text(values.get(g)) for g in genes],
@@ -131,7 +146,7 @@ def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, An
         if best is not None and best.measurement.median_us:
             timed.append((c.genome, best.measurement.median_us))
     genes = sorted({g for r in ranked for g in r.genome.genes})
-    rows = [_row(r, genes) for r in ranked]
+    rows = [_row(r, genes, ranked[0]) for r in ranked]
     schedules = [_schedule(r.genome, f"rank {r.rank}") for r in ranked]
     if not schedules:
         fallback = _fallback_schedule(candidates)

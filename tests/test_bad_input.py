@@ -118,6 +118,9 @@ CASES: tuple[Case, ...] = (
                              "gemm:bf16:128x128x64"), BAD, "is a gemm problem"),
     Case("genome-domain-0", ("verify", "{w}/genes/good.json", "--domain", "0"), BAD,
          "--domain 0"),
+    Case("genome-domain-huge", ("verify", "{w}/genes/good.json", "--domain", "100000000"), BAD,
+         "at most 4096 iterations"),
+    Case("genome-dev-zero", ("verify", "/dev/zero"), BAD, "bytes of JSON"),
     # -- tsopt tune: options ------------------------------------------------------------------
     Case("time-infm", tune("--time", "infm"), BAD, "--time 'infm' must be a finite"),
     Case("time-nan", tune("--time", "nan"), BAD, "--time 'nan' must be a finite"),
@@ -138,6 +141,8 @@ CASES: tuple[Case, ...] = (
     Case("knob-not-a-choice", tune("--knob", "stages=5"), BAD, "'5' is not a choice"),
     Case("workers-negative", tune("--workers", "-1"), BAD, "--workers -1"),
     Case("pool-threads", tune("--pool", "threads", "--workers", "2"), BAD, "--pool 'threads'"),
+    Case("seed-negative", tune("--seed", "-1"), BAD, "--seed -1"),
+    Case("arch-path", tune("--arch", "../../x"), BAD, "not a GPU architecture"),
     # -- databases that cannot be used --------------------------------------------------------
     Case("tune-read-only-db", tune(db="sqlite:///{w}/ro/tsopt.db"), DB, "is read-only"),
     Case("tune-corrupted-db", tune(db="sqlite:///{w}/corrupted.db"), DB, "is corrupted"),
@@ -197,6 +202,11 @@ CASES: tuple[Case, ...] = (
     Case("manifest-edited", ingest("manifest_edited"), BAD, "manifest.json was changed"),
     Case("manifest-version-1", ingest("manifest_v1"), BAD, "older tsopt"),
     Case("manifest-study-path", ingest("study_path"), BAD, "not a plain name"),
+    Case("manifest-binary", ingest("manifest_binary"), BAD, "not text"),
+    Case("manifest-endless", ingest("manifest_endless"), BAD, "symbolic link"),
+    Case("library-link", ingest("library_link"), BAD, "symbolic link"),
+    Case("results-a-directory", ingest("results_directory"), BAD, "not a plain file"),
+    Case("bundle-a-file", ("ingest", "{w}/genes/good.json"), BAD, "not a bundle directory"),
     Case("planted-schema-invalid", ingest("planted_schema"), BAD, "does not pass verification"),
     Case("planted-ts-invalid", ingest("planted_ts"), BAD, "ts.missing_commit"),
     Case("ingest-corrupted-db", ingest("good", db="sqlite:///{w}/corrupted.db"), DB,
@@ -397,6 +407,19 @@ def _bundles(root: Path) -> None:
     _edit_json(path / MANIFEST_NAME, lambda d: d.update(version=1), checksum=True)
     path = _bundle(root, "study_path", genomes)
     _edit_json(path / MANIFEST_NAME, lambda d: d.update(study="../../escape"), checksum=True)
+
+    path = _bundle(root, "manifest_binary", genomes)
+    (path / MANIFEST_NAME).write_bytes(b"\xff\xfe" + os.urandom(64))
+    path = _bundle(root, "manifest_endless", genomes)  # reading it would never end
+    (path / MANIFEST_NAME).unlink()
+    (path / MANIFEST_NAME).symlink_to("/dev/zero")
+    path = _bundle(root, "library_link", genomes)
+    library = path / "artifacts" / first / "libkernel.so"
+    library.unlink()
+    library.symlink_to(root / "built" / first / "libkernel.so")  # the same bytes, linked
+    path = _bundle(root, "results_directory", genomes)
+    (path / RESULTS_NAME).unlink()
+    (path / RESULTS_NAME).mkdir()
 
     # Planted genomes: consistent bundles (hashes, checksums), genomes the verifier rejects.
     bad_schema = space.genome(stages=2, box_rows=8, box_cols=128, chunk=0, vector=8)

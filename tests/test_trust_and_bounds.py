@@ -253,11 +253,11 @@ def test_the_seed_and_every_sampled_genome_fit_the_schema(space_name: str, spec:
 @pytest.mark.parametrize("space_name, gene, value, message", [
     ("copy", "stages", "four", "gene 'stages' is 'four' (a text); it must be an integer"),
     ("copy", "chunk", 0, "gene 'chunk' is 0; it must lie in 1.."),
-    ("copy", "box_cols", 0, "gene 'box_cols' is 0; it must lie in 64..256"),
-    ("copy", "vector", 0, "gene 'vector' is 0; it must lie in 1..8"),
+    ("copy", "box_cols", 0, "gene 'box_cols' is 0; it must lie in 64.."),
+    ("copy", "vector", 0, "gene 'vector' is 0; it must lie in 1.."),
     ("copy", "persistent", 1, "gene 'persistent' is 1 (an integer); it must be true or false"),
     ("gemm", "cluster", "2by1", "gene 'cluster' is '2by1'; it must be one of '1x1'"),
-    ("gemm", "tile_k", 0, "gene 'tile_k' is 0; it must lie in 32..128"),
+    ("gemm", "tile_k", 0, "gene 'tile_k' is 0; it must lie in 32.."),
 ])
 def test_a_bad_gene_is_named_before_anything_reads_it(space_name: str, gene: str, value: Any,
                                                       message: str) -> None:
@@ -269,6 +269,10 @@ def test_a_bad_gene_is_named_before_anything_reads_it(space_name: str, gene: str
     verdict = verify_genome(genome, problem, space=space)
     assert not verdict.valid and verdict.stage == "dataflow" and verdict.rule == SCHEMA_RULE
     assert message in (verdict.message or "")
+    # Values far beyond anything the space proposes never reach the verifier either.
+    if isinstance(value, int) and not isinstance(value, bool):
+        absurd = space.seed_genome(problem).replace(**{gene: 10**9})
+        assert verify_genome(absurd, problem, space=space).rule == SCHEMA_RULE
     with pytest.raises(UserInputError, match=gene):
         check_genome_schema(genome, problem, space)
 

@@ -326,7 +326,8 @@
     var kpis = h("div", {"class": "kpis"}, [
       kpi("best median", fmtUs(b.median_us), ""),
       kpi(b.baseline_name + " median", fmtUs(b.baseline_median_us), ""),
-      kpi("speed vs " + b.baseline_name, b.ratio === null ? "\u2013" : fmt(b.ratio, 3) + "\u00d7",
+      kpi("speed vs " + b.baseline_name, b.ratio === null ? "\u2013" : fmt(b.ratio, 3) + "\u00d7" +
+          (b.interval ? " [" + fmt(b.interval[0], 3) + "\u2013" + fmt(b.interval[1], 3) + "]" : ""),
           ratioClass),
       kpi("best rate", b.rate === null ? "\u2013" : fmt(b.rate, 4) + " " + b.rate_unit, ""),
       kpi(b.baseline_name + " rate",
@@ -468,7 +469,7 @@
     var t = st.table;
     if (!t.rows.length) return card("Top candidates", [nothing("No candidate was timed correct yet.")], "table");
     var columns = [
-      {key: "rank", label: "#", title: "rank by best median time"},
+      {key: "rank", label: "#", title: "rank by paired ratio to the baseline (median over measurements)"},
       {key: "hash", label: "genome", text: true, format: function (v) { return v.slice(0, 12); }},
       {key: "origin", label: "origin", text: true},
       {key: "trial", label: "trial"},
@@ -477,13 +478,18 @@
       {key: "p90_us", label: "p90 \u00b5s", format: function (v) { return fmt(v, 4); }},
       {key: "rate", label: "rate", desc: true, format: function (v) { return fmt(v, 4); }},
       {key: "ratio", label: "\u00d7 baseline", desc: true, format: function (v) { return fmt(v, 3); }},
+      {key: "interval", label: "95 % interval", text: true, title: "envelope of the paired ratio's 95 % intervals"},
+      {key: "measurements", label: "meas.", title: "measurements the standing rests on"},
+      {key: "unseparated", label: "vs #1", text: true, title: "\u2248 #1: its interval overlaps rank 1's; the noise cannot separate them"},
+      {key: "flags", label: "GPU flags", text: true, title: "thermal or hardware slowdown while measured"},
       {key: "rel_err", label: "rel. err", format: function (v) { return fmt(v, 2); }},
       {key: "registers", label: "regs"},
       {key: "smem_bytes", label: "smem B"},
     ].concat(t.genes.map(function (g) { return {key: "gene:" + g, label: g, text: false}; }));
     var rows = t.rows.map(function (r, i) {
       return {hash: r.hash, order: i, cells: [r.rank, r.hash, r.origin, r.trial, r.median_us,
-        r.p10_us, r.p90_us, r.rate, r.ratio, r.rel_err, r.registers, r.smem_bytes].concat(r.genes)};
+        r.p10_us, r.p90_us, r.rate, r.ratio, r.interval, r.measurements, r.unseparated, r.flags,
+        r.rel_err, r.registers, r.smem_bytes].concat(r.genes)};
     });
     var table = sortableTable(columns, rows, function (row) {
       var entry = index[st.name];
@@ -491,9 +497,13 @@
       var i = entry.hashes.indexOf(row.hash);
       if (i >= 0) entry.show(i);
     });
+    var close = t.rows.filter(function (r) { return r.unseparated; }).length;
     return card("Top candidates", [h("p", {"class": "note", text: "The " + t.rows.length +
-      " fastest correct candidates (best measurement each). Click a column to sort, a row to " +
-      "draw its schedule below."}), h("div", {"class": "table-scroll"}, table)], "table");
+      " best correct candidates by their paired ratio to the baseline (median over their " +
+      "measurements, with the envelope of the 95 % intervals). " + (close ? close +
+      " of them cannot be separated from #1 by the noise (\u2248 #1). " : "") +
+      "Click a column to sort, a row to draw its schedule below."}),
+      h("div", {"class": "table-scroll"}, table)], "table");
   }
 
   function studySection(st) {

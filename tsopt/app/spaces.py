@@ -87,6 +87,14 @@ def spaces_command(
         return 0
     if build < 0:
         raise UserInputError(f"--build {build} must be >= 0")
+    if build:
+        from tsopt.core.devices import check_fits
+        from tsopt.core.problem import ProblemError
+
+        try:
+            check_fits(prob, space.archs[0])  # what is built must be measurable
+        except ProblemError as exc:
+            raise UserInputError(str(exc)) from None
 
     from tsopt.verify.funnel import compute_funnel
 
@@ -145,7 +153,7 @@ def _build_sample(
     space: Any, problem: Any, n: int, console: Console
 ) -> tuple[int, int, list[float]]:
     """Build ``n`` valid candidates drawn at random from the space (fixed seed)."""
-    from tsopt.build.builder import build_candidate
+    from tsopt.build.builder import DEFAULT_CACHE_DIR, build_isolated, build_memory_limit
     from tsopt.verify.verifier import verify_genome
 
     class _Trial:
@@ -166,7 +174,9 @@ def _build_sample(
             continue
         attempted += 1
         start = time.perf_counter()
-        result = build_candidate(space, genome, problem)
+        # In a process of its own under the build memory limit, as `tsopt tune` builds.
+        result = build_isolated(space, genome, problem, space.archs[0], DEFAULT_CACHE_DIR,
+                                build_memory_limit())
         seconds.append(time.perf_counter() - start)
         built += result.ok
         if not result.ok:

@@ -116,4 +116,8 @@ class ArtifactManifest:
             raise ArtifactError(f"{path}: no artifact manifest") from None
         except json.JSONDecodeError as exc:
             raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
+        except UnicodeDecodeError as exc:
+            raise ArtifactError(f"{path}: not text ({exc.reason} at byte {exc.start})") from None
+        except OSError as exc:
+            raise ArtifactError(f"{path}: cannot be read ({exc.strerror})") from None
         return cls.from_dict(doc, str(path))

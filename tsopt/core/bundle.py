@@ -85,6 +85,8 @@ _MANIFEST_KEYS = {
 }
 _CANDIDATE_KEYS = {"genome_hash", "artifact", "genome", "origin", "files"}
 CHECKSUM_KEY = "sha256"
+MAX_JSON_BYTES = 512 * 2**20  # a manifest of thousands of candidates is a few MB
+MAX_ARTIFACT_JSON_BYTES = 2**20
 
 
 class BundleError(UserInputError):
@@ -264,13 +266,33 @@ class BundleResults:
 
 
 # -- reading -------------------------------------------------------------------------------
+def regular_file_error(path: Path, limit: int | None = None) -> str | None:
+    """Why ``path`` is not a plain file of a bundle (a link, a device, a directory, too big),
+    else None: a bundle comes from another machine, and a link to /dev/zero never ends."""
+    if path.is_symlink():
+        return f"{path} is a symbolic link; a bundle holds plain files"
+    if not path.exists():
+        return None
+    if not path.is_file():
+        return f"{path} is not a plain file"
+    if limit is not None and path.stat().st_size > limit:
+        return f"{path} is {path.stat().st_size:,} bytes, more than {limit:,}"
+    return None
+
+
 def _load_json(path: Path, what: str) -> Any:
+    problem = regular_file_error(path, MAX_JSON_BYTES)
+    if problem is not None:
+        raise BundleError(problem)
     try:
         text = path.read_text()
     except FileNotFoundError:
         raise BundleError(f"{path.parent} is not a measured bundle: no {path.name}") from None
     except OSError as exc:
         raise BundleError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise BundleError(f"{path} is corrupted: not text ({exc.reason} at byte {exc.start}); "
+                          f"{what}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -408,6 +430,9 @@ def check_files(path: Path, files: Iterable[tuple[str, str]]) -> None:
     BundleError naming the first that is not."""
     for name, recorded in files:
         target = Path(path) / name
+        problem = regular_file_error(target)
+        if problem is not None:
+            raise BundleError(problem)
         if not target.is_file():
             raise BundleError(f"{target}: missing (the manifest lists it with its sha256)")
         actual = file_sha256(target)
@@ -422,6 +447,11 @@ def check_artifact(path: Path, genome_hash: str, problem: Problem, arch: str,
     """The artifact at ``path`` exists, was built for this genome, problem and arch, and each
     of ``files`` (name, sha256) is there unchanged."""
     path = Path(path)
+    unfit = (f"{path} is a symbolic link; a bundle holds plain directories"
+             if path.is_symlink() else
+             regular_file_error(path / ARTIFACT_MANIFEST, MAX_ARTIFACT_JSON_BYTES))
+    if unfit is not None:
+        raise BundleError(unfit)
     try:
         art = ArtifactManifest.read(path)
     except ArtifactError as exc:
@@ -452,6 +482,9 @@ def read_manifest(directory: Path, check_artifacts: bool | str = True) -> Bundle
     (``check_artifacts=True``: a GPU machine about to measure), those that are there
     (``"present"``: ingest, as results may come back without the artifacts), or none."""
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise BundleError(f"{str(directory)!r} is not a bundle directory: a bundle is the "
+                          "directory `tsopt tune` wrote")
     if not directory.is_dir():
         raise BundleError(f"bundle directory {str(directory)!r} does not exist")
     path = directory / MANIFEST_NAME

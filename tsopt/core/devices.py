@@ -22,6 +22,7 @@ class DeviceMemory:
 
 GPU_MEMORY: dict[str, DeviceMemory] = {
     "sm_90a": DeviceMemory("sm_90a", "H200", 141_000_000_000),
+    "sm_100a": DeviceMemory("sm_100a", "B200", 192_000_000_000),
 }
 """Device memory per target arch: the largest part of the arch (an H100 has less; the
 measuring side checks the free memory of the GPU it actually runs on)."""

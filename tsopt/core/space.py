@@ -35,6 +35,10 @@ from tsopt.core.records import Verdict
 
 KnobKind = Literal["structural", "numeric"]
 
+SANITY_FACTOR = 64
+"""An integer knob's gene may be at most this many times the greatest value the space proposes
+(:meth:`SearchSpace.gene_domains`)."""
+
 Judge = Callable[[Genome, Problem], Verdict]
 """``judge(genome, problem) -> Verdict``: the verifier, injected by whoever holds one (the
 app, the driver: ``tsopt.verify.verifier.verify_genome`` bound to a space and a cache)."""
@@ -361,27 +365,28 @@ class SearchSpace(ABC):
         """What each gene of this space may be for ``problem``: the genome schema, checked
         (:meth:`schema_error`) before anything else judges a genome.
 
-        Default, from :meth:`seed_genome` and :meth:`knobs`: every gene of the seed, of the
-        seed's kind. A gene that is a knob of its own name takes the knob's choices (and the
-        seed's value) when it is a text or a flag, and lies between the least and the greatest
-        of them when it is an integer; any other integer gene is at least 0. A space declares
-        exact ranges by overriding this.
+        Default, from :meth:`seed_genome` and :meth:`knobs` (for any problem and for this one):
+        every gene of the seed, of the seed's kind. A gene that is a knob of its own name takes
+        the knob's choices (and the seed's value) when it is a text or a flag; when it is an
+        integer, it is at least the least of them and at most :data:`SANITY_FACTOR` times the
+        greatest, so that values near the proposals stay the space's own checks' to judge,
+        with their named rules, while absurd ones (a billion stages) never reach the verifier.
+        Any other integer gene is at least 0. A space declares exact domains by overriding this.
         """
         seed = self.seed_genome(problem)
-        knobs = {k.name: k for k in self.knobs(problem)}
+        knobs: dict[str, list[GeneValue]] = {}
+        for knob in (*self.knobs(), *self.knobs(problem)):
+            knobs.setdefault(knob.name, []).extend(knob.choices)
         domains: dict[str, GeneDomain] = {}
         for name, value in seed.genes.items():
             kind = gene_kind(value)
-            knob = knobs.get(name)
-            choices = None if knob is None else tuple(
-                c for c in knob.choices if gene_kind(c) == kind)
-            if choices is not None and value not in choices:
-                choices += (value,)
-            if kind in ("bool", "str") and choices:
-                domains[name] = GeneDomain(name, kind, choices=choices)
-            elif kind == "int" and choices:
-                numbers = [int(c) for c in choices]  # type: ignore[call-overload]
-                domains[name] = GeneDomain(name, kind, low=min(numbers), high=max(numbers))
+            values = [c for c in knobs.get(name, ()) if gene_kind(c) == kind]
+            if kind in ("bool", "str") and values:
+                domains[name] = GeneDomain(name, kind, choices=tuple(dict.fromkeys([*values, value])))
+            elif kind == "int" and values:
+                numbers = [int(c) for c in values]  # type: ignore[call-overload]
+                domains[name] = GeneDomain(name, kind, low=min(*numbers, int(value)),
+                                           high=max(SANITY_FACTOR * max(numbers), int(value)))
             elif kind == "int":
                 domains[name] = GeneDomain(name, kind, low=0)
             else:

@@ -46,7 +46,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,13 @@ from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.records import BuildResult, Measurement, Verdict
 from tsopt.db.models import ORIGINS
+from tsopt.search.confirm import (
+    CONFIRM_TOP_K,
+    CONTENDER_WITHIN,
+    Remeasure,
+    confirmation_requests,
+    name_winner,
+)
 from tsopt.search.outcomes import Outcome, open_study, outcome_of, tell
 from tsopt.search.pipeline import EvaluateRequest, space_target, verdict_key_of
 from tsopt.search.pools.inline import InlineMeasurePool
@@ -165,6 +172,8 @@ class Driver:
         self.interrupted = False
         self.stop_reason: str | None = None
         self.asked = 0
+        self.rechecks = 0  # contender re-measurements submitted in this run
+        self.machine_checked = False
         self.best_value: float | None = None
         self.since_best = 0
         self.run_ids: dict[int, str] = {}
@@ -224,7 +233,14 @@ class Driver:
                 f"study {self.name!r} was run with knob restrictions {recorded_knobs or 'none'}; "
                 f"this run asks for {list(request.knobs) or 'none'}: Optuna cannot change a "
                 "parameter's choices within a study; pass --study NAME for a new one")
+        if info.status == "killed":
+            when = f"{info.killed_at:%Y-%m-%d %H:%M:%S %Z}" if info.killed_at else "an unknown time"
+            self.console.print(f"study {self.name} was killed (its last run was last heard of "
+                               f"at {when}): resuming it", highlight=False)
         others = self.store.start_run(self.name, self.run_id)
+        if others:
+            self.console.print(f"study {self.name}: {others} other run{'s' if others != 1 else ''}"
+                               " at work on it; sharing its trials", highlight=False)
         try:
             return self._run(request, trials, others)
         finally:
@@ -381,6 +397,9 @@ class Driver:
             return EXIT_INTERRUPTED
         if self.stop_reason and self.stop_reason != "trials":
             self.console.print(f"stopped: {self.stop_reason}", highlight=False)
+        self._confirm()
+        if self.interrupted:
+            return EXIT_INTERRUPTED
         print_summary(self.console, self.store, self.name, self.stats,
                       self.measure_pool is not None, self.bundle_dir, seconds)
         # A run whose proposals were all rejected did its job; one that built nothing valid not.
@@ -533,6 +552,13 @@ class Driver:
                                            else "suggest", trial.number, self.run_id)
         recorded = claim.info
         label = "seed" if recorded.origin == "seed" else f"trial {recorded.trial_number}"
+        known = outcome_of(recorded.verdict, recorded.build, recorded_measurement(recorded))
+        if (not claim.created and claim.mine and known is None and recorded.origin != "seed"
+                and recorded.trial_number != trial.number and not self._awaits_bundle(recorded)):
+            # Another trial's genome, left unfinished by a run that is gone: this trial takes
+            # it over (that trial, when taken up, finds the outcome recorded).
+            self.store.set_trial_number(claim.candidate_id, trial.number)
+            recorded = replace(recorded, trial_number=trial.number)
         if claim.created or recorded.trial_number == trial.number:
             if not claim.mine:  # its own candidate, held by a live run of another process
                 self.foreign.append(ForeignWait(trial, genome, origin, claim.candidate_id, label))
@@ -544,7 +570,6 @@ class Driver:
             self._advance(job)
             return
         self.stats.duplicates += 1
-        known = outcome_of(recorded.verdict, recorded.build, recorded_measurement(recorded))
         if known is None and not claim.mine and not self._awaits_bundle(recorded):
             self.foreign.append(ForeignWait(trial, genome, origin, claim.candidate_id, label))
             return
@@ -711,6 +736,9 @@ class Driver:
 
     def _measured(self, done: MeasureDone) -> None:
         job, result = done.tag, done.result
+        if isinstance(job, Remeasure):
+            self._remeasured(job, done)
+            return
         if result.unusable is not None or result.measurement is None:
             # This GPU cannot measure at all (its baseline failed): bundle from here on.
             self.console.print(f"[bold red]measuring stopped:[/] {result.unusable}; built "
@@ -733,11 +761,93 @@ class Driver:
             self.baselines_recorded.add((run_id, baseline.problem_key))
         self.store.record_measurement(job.candidate_id, measured, run_id)
         job.measurement = measured
+        self._note_machine(measured)
         self.stats.measured[measured.status] += 1
         if measured.status == "ok" and measured.median_us is not None:
             self.stats.offer_best(measured.median_us, measured.ratio, job.genome.hash,
                                   job.number, measured.baseline_name)
+            self._recheck_if_contender(job, measured)
         self._finish(job, outcome_of(job.verdict, job.build, measured) or Outcome(state="fail"))
+
+    def _note_machine(self, measured: Measurement) -> None:
+        """On this run's first timing, say so if the study was measured on another device,
+        driver or clock limit before: ratios stay comparable, absolute times do not."""
+        if self.machine_checked or measured.status != "ok":
+            return
+        self.machine_checked = True
+        limit = measured.conditions.get("sm_mhz_limit")
+        now = (measured.device, measured.driver, limit)
+        seen = set()
+        for c in self.store.candidates(self.name):
+            for r in c.measurements:
+                m = r.measurement
+                if m.status == "ok" and m.device and r.run_id not in self.run_ids.values():
+                    seen.add((m.device, m.driver, m.conditions.get("sm_mhz_limit")))
+        before = {s for s in seen if s != now and s[0]}
+        if seen and before:
+            was = "; ".join(f"{d} (driver {v or '?'}, SM clock limit {c or '?'} MHz)"
+                            for d, v, c in sorted(before, key=str))
+            self.console.print(
+                f"[yellow]note:[/] study {self.name} was measured before on {was}; this run "
+                f"measures on {now[0]} (driver {now[1] or '?'}, SM clock limit {now[2] or '?'} "
+                "MHz): ratios to the baseline stay comparable, absolute times do not",
+                highlight=False)
+            self.study.set_user_attr("machines_changed", True)
+
+    # -- measuring again: contenders, and the final confirmation ---------------------------
+    def _recheck_if_contender(self, job: Job, measured: Measurement) -> None:
+        """A first ratio within CONTENDER_WITHIN of the incumbent's (or above it): measure the
+        candidate and the incumbent again, one after the other, so neither ranks on one draw."""
+        if self.measure_pool is None or measured.ratio is None or self.interrupted:
+            return
+        ranked = self.store.ranked(self.name, limit=2)
+        incumbent = next((r for r in ranked if r.genome_hash != job.genome.hash), None)
+        if (incumbent is None or incumbent.standing is None or incumbent.standing.ratio is None
+                or measured.ratio < incumbent.standing.ratio * (1 - CONTENDER_WITHIN)):
+            return
+        problem = self.request.problem.to_dict()
+        for candidate_id, genome_hash, artifact in (
+                (incumbent.candidate_id, incumbent.genome_hash,
+                 incumbent.build.artifact_dir if incumbent.build else None),
+                (job.candidate_id, job.genome.hash, job.build.artifact_dir if job.build else None)):
+            if artifact and Path(artifact).exists():
+                self.rechecks += 1
+                self.measure_pool.submit(
+                    Remeasure(candidate_id, genome_hash, f"recheck{self.rechecks}"),
+                    MeasureRequest(artifact, genome_hash, problem))
+
+    def _remeasured(self, tag: Remeasure, done: MeasureDone) -> None:
+        measured = done.result.measurement
+        if measured is None or done.result.unusable is not None:
+            return  # a remeasurement adds evidence; without one the first stands
+        run_id = f"{self.run_ids.get(done.worker, 'ray')}-{tag.label}"
+        self.store.record_measurement(tag.candidate_id, measured, run_id)
+        self.stats.remeasured += 1
+
+    def _confirm(self) -> None:
+        """The final paired round over the top k, then the winner named (tsopt.search.confirm)."""
+        if self.measure_pool is None or self.interrupted:
+            return
+        ranked = self.store.ranked(self.name, limit=CONFIRM_TOP_K)
+        order = confirmation_requests(ranked, self.request.problem.to_dict())
+        if len(ranked) < 2 or not order:
+            return
+        self.console.print(f"confirming the top {len(ranked)}: each measured again, twice, in "
+                           "alternation", highlight=False)
+        for tag, request in order:
+            self.measure_pool.submit(tag, request)
+        while self.measure_pool is not None and self.measure_pool.pending() and not self.interrupted:
+            for done in self.measure_pool.poll(POLL_S):
+                self._measured(done)
+        winner = name_winner(self.store, self.name, len(ranked))
+        if winner is None:
+            return
+        self.console.print(winner.describe(), highlight=False)
+        s = winner.standing
+        self.study.set_user_attr("winner", s.genome_hash)
+        self.study.set_user_attr("winner_ratio", s.ratio)
+        self.study.set_user_attr("winner_ratio_95", [s.ratio_lo, s.ratio_hi])
+        self.study.set_user_attr("winner_unseparated", [u.genome_hash for u in winner.unseparated])
 
     # -- telling ---------------------------------------------------------------------------
     def _finish(self, job: Job, outcome: Outcome) -> None:
@@ -752,7 +862,7 @@ class Driver:
         if not tell(self.study, trial, outcome):
             return  # another process told it first
         self.stats.told += 1
-        self._count_for_patience(outcome.value)
+        self._count_for_patience(outcome.value_for(self.study))
 
 
 def resumed_seed(seed: int, trials: int) -> int:

@@ -1,13 +1,14 @@
 """What Optuna is told about a candidate: the one policy, for the driver and for ingest alike.
 
-A candidate's records become an :class:`Outcome`: a value (the objective, microseconds) for a
-correct timing, PRUNED for a schedule the checks rejected, FAIL for a build or a measurement
-that failed; each with its reason as a user attribute (``rejected``, ``build_error``,
-``measure_failed``, ``duplicate_of``), and a timing with its ratio to the vendor baseline and
-its rate (``ratio``, ``baseline``, ``TFLOP/s`` or ``GB/s``). :func:`open_study` is the one
-place a study is created or loaded, :func:`tell` the one place a trial is finished, and
-:func:`add_finished_trial` the one place a measured candidate that no trial proposed (seeded,
-enumerated, or new to this database through a bundle) joins the study.
+A candidate's records become an :class:`Outcome`: for a correct timing, a value (the objective:
+its time relative to the vendor baseline's, paired); PRUNED for a schedule the checks
+rejected; FAIL for a build or a measurement that failed. Each comes with its reason as a user
+attribute (``rejected``, ``build_error``, ``measure_failed``, ``duplicate_of``), and a timing
+with its ratio to the vendor baseline and its rate (``ratio``, ``baseline``, ``TFLOP/s`` or
+``GB/s``). :func:`open_study` is the one place a study is created or loaded, :func:`tell` the
+one place a trial is finished, and :func:`add_finished_trial` the one place a measured
+candidate that no trial proposed (seeded, enumerated, or new to this database through a
+bundle) joins the study.
 """
 
 from __future__ import annotations
@@ -24,20 +25,37 @@ if TYPE_CHECKING:
 
     from tsopt.db.store import Store
 
-OBJECTIVE = "median_us"
-"""What a study minimises: the candidate's median time in microseconds."""
+OBJECTIVE = "relative_time"
+"""What a study minimises: the candidate's time over the vendor baseline's, paired (the two
+alternating in one process, tsopt.workers.paired): 1 / its ratio. Absolute times move by ±10 %
+at the GPU's power cap; this does not."""
+
+LEGACY_OBJECTIVE = "median_us"
+"""What studies created before paired measurement minimise (microseconds); they keep it, so
+that one study's values stay in one unit."""
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a trial is told: a time (COMPLETE) or a state (PRUNED/FAIL) and its reasons."""
+    """What a trial is told: a time (COMPLETE) or a state (PRUNED/FAIL) and its reasons.
+
+    ``value`` is :data:`OBJECTIVE` (relative time); ``time_us`` the candidate's median time,
+    told instead to a study that minimises :data:`LEGACY_OBJECTIVE`."""
 
     value: float | None = None
     state: str = "complete"  # complete | pruned | fail
     attrs: dict[str, Any] = field(default_factory=dict)
+    time_us: float | None = None
 
     def duplicate(self, of: str) -> Outcome:
-        return Outcome(self.value, self.state, {**self.attrs, "duplicate_of": of})
+        return Outcome(self.value, self.state, {**self.attrs, "duplicate_of": of}, self.time_us)
+
+    def value_for(self, study: Any) -> float | None:
+        """The value in the unit ``study`` minimises."""
+        names = getattr(study, "metric_names", None)
+        if names == [LEGACY_OBJECTIVE]:
+            return self.time_us if self.time_us is not None else self.value
+        return self.value
 
 
 def figures(measurement: Measurement) -> dict[str, Any]:
@@ -59,7 +77,12 @@ def measurement_outcome(measurement: Measurement) -> Outcome:
     """A correct timing is a value (with its :func:`figures`); any other status a FAIL with
     its first error line."""
     if measurement.status == "ok" and measurement.median_us is not None:
-        return Outcome(value=measurement.median_us, attrs=figures(measurement))
+        relative = (1.0 / measurement.ratio if measurement.ratio
+                    and math.isfinite(measurement.ratio) and measurement.ratio > 0
+                    else measurement.median_us)
+        return Outcome(value=relative, attrs={**figures(measurement),
+                                              "median_us": round(measurement.median_us, 3)},
+                       time_us=measurement.median_us)
     first = (measurement.error or "").strip().splitlines()[0] if measurement.error else ""
     reason = f"{measurement.status}: {first}" if first else measurement.status
     return Outcome(state="fail", attrs={"measure_failed": reason[:500]})
@@ -113,8 +136,9 @@ def tell(study: optuna.Study, trial: Any, outcome: Outcome) -> bool:
     try:
         for key, value in outcome.attrs.items():
             study._storage.set_trial_user_attr(trial_id, key, value)
-        if outcome.value is not None and math.isfinite(outcome.value):
-            study.tell(trial, outcome.value, skip_if_finished=True)
+        value = outcome.value_for(study)
+        if value is not None and math.isfinite(value):
+            study.tell(trial, value, skip_if_finished=True)
         else:
             study.tell(trial, state=TrialState.PRUNED if outcome.state == "pruned"
                        else TrialState.FAIL, skip_if_finished=True)
@@ -129,10 +153,11 @@ def add_finished_trial(study: optuna.Study, outcome: Outcome,
     import optuna
     from optuna.trial import TrialState
 
-    ok = outcome.value is not None and math.isfinite(outcome.value)
+    value = outcome.value_for(study)
+    ok = value is not None and math.isfinite(value)
     state = TrialState.COMPLETE if ok else (TrialState.PRUNED if outcome.state == "pruned"
                                             else TrialState.FAIL)
-    frozen = optuna.trial.create_trial(state=state, value=outcome.value if ok else None,
+    frozen = optuna.trial.create_trial(state=state, value=value if ok else None,
                                        params={}, distributions={},
                                        user_attrs={**user_attrs, **outcome.attrs})
     # The storage hands back the new trial's id, which stays right when other processes add

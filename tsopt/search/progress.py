@@ -43,6 +43,7 @@ class TuneStats:
     worker_failures: int = 0
     measured: Counter[str] = field(default_factory=Counter)
     awaiting: int = 0  # built and left in a bundle for `tsopt measure`
+    remeasured: int = 0  # contenders re-checked and the top k confirmed, measured again
     seconds: dict[str, float] = field(default_factory=dict)  # CPU seconds by step (verify, ...)
     told: int = 0  # trials finished (told to Optuna) in this run
     best_us: float | None = None

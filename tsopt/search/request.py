@@ -3,6 +3,7 @@ starts. :func:`tsopt.search.driver.run_tune` carries it out."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +65,10 @@ class TuneRequest:
 
     def validate(self) -> None:
         """Raises UserInputError naming the first bad value."""
+        if not re.fullmatch(r"sm_[0-9]+[a-z]?", self.arch):
+            raise UserInputError(f"--arch {self.arch!r} is not a GPU architecture like sm_90a")
+        if not 0 <= self.seed < 2**32:
+            raise UserInputError(f"--seed {self.seed} must lie in 0..{2**32 - 1}")
         # A study name lands in paths (.tsopt/bundles/<study>): a name, never a path.
         check_study_name(self.study_name(), "--study" if self.study else "study name")
         try:

@@ -2,8 +2,8 @@
 
 First the genome schema: every gene of the space present, of its kind, within its range or
 among its choices (:meth:`~tsopt.core.space.SearchSpace.gene_domains`, from the space's knobs);
-a genome that fails it is rejected at the ``dataflow`` gate under rule ``genome.schema``, the
-bad gene named, before any check of the space reads it. Then three gates, in order:
+a genome that fails it is rejected at the ``dataflow`` gate (rule ``dataflow``), the bad
+gene named, before any check of the space reads it. Then three gates, in order:
 
 1. ``dataflow`` — the space's own cheap check that every value is produced
    before it is used (and that the genome belongs to the space at all).
@@ -43,7 +43,10 @@ from tsopt.core.records import Verdict
 if TYPE_CHECKING:
     from tsopt.core.space import GeneDomain, Judge, SearchSpace
 
-SCHEMA_RULE = "genome.schema"
+# A genome that does not fit its space's schema does not belong to the space: the dataflow
+# gate's own rule (the message names the gene).
+SCHEMA_RULE = "dataflow"
+MAX_VERIFY_DOMAIN = 4096  # iterations of the host check; 256 take a third of a second
 
 # TS raises ValueError with a precise sentence; these map it to a stable rule name.
 TS_RULES: tuple[tuple[str, str], ...] = (
@@ -262,6 +265,9 @@ def verify_genome(
     n = domain if domain is not None else space.verify_domain(genome)
     if n < 1:
         raise UserInputError(f"--domain {n} must be at least 1")
+    if n > MAX_VERIFY_DOMAIN:
+        raise UserInputError(f"--domain {n}: at most {MAX_VERIFY_DOMAIN} iterations (the check "
+                             "grows with the domain; stages + 2 suffice)")
     key = f"{space.verdict_key(genome, problem)}|domain={n}"
     outcome = cache.get(space.name, key)
     cached = outcome is not None
