@@ -81,8 +81,10 @@ _OPTUNA_SQLITE_TIMEOUT_S = 30
 HEARTBEAT_S = 5.0
 """How often a run's heartbeat is written (:class:`tsopt.search.driver.Driver` beats)."""
 STALE_S = 60.0
-"""A run not heard of for this long is gone (a run on this host is gone at once when its
-process is)."""
+"""A run on another host not heard of for this long is gone."""
+STALE_LOCAL_S = 600.0
+"""A run on this host is gone at once when its process is; one whose process lives (a build
+may hold the interpreter a while) is gone when not heard of for this long (its pid reused)."""
 HOST = socket.gethostname()
 
 
@@ -110,13 +112,15 @@ def _pid_alive(pid: int) -> bool:
 
 
 def run_alive(row: RunRow) -> bool:
-    """A run is alive while it says it runs, was heard of within :data:`STALE_S`, and (on
-    this host) its process exists."""
+    """A run is alive while it says it runs and: on this host, its process exists and was
+    heard of within :data:`STALE_LOCAL_S`; on another, it was heard of within :data:`STALE_S`."""
     if row.status != "running":
         return False
-    if queries.aware(row.heartbeat_at) < utcnow() - timedelta(seconds=STALE_S):
+    local = row.host == HOST
+    heard = utcnow() - queries.aware(row.heartbeat_at)
+    if heard > timedelta(seconds=STALE_LOCAL_S if local else STALE_S):
         return False
-    return row.host != HOST or _pid_alive(row.pid)
+    return not local or _pid_alive(row.pid)
 
 
 VERDICT_KEY_LENGTH = 255  # tsopt_verdict.verdict_key is VARCHAR(255)

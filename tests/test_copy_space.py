@@ -185,7 +185,10 @@ PLANTED = {
 }
 
 
-def test_planted_invalid_schedules_are_rejected_and_recorded(space, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_planted_invalid_schedules_are_rejected_and_recorded(  # type: ignore[no-untyped-def]
+    space, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TSOPT_ALLOW_FAULT_GENES", "1")  # one case plants a fault gene
     store = Store(f"sqlite:///{tmp_path / 'tsopt.db'}")
     store.create_or_get_study("planted", "copy", PROBLEM, "sm_90a", "manual", {})
     pipeline = CandidatePipeline(store, space, PROBLEM, "sm_90a", "planted", tmp_path / "artifacts")

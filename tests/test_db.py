@@ -442,7 +442,8 @@ def test_funnel_rejections_and_ranking(store: Store) -> None:
             g[i].hash, PROBLEM.key, "sm_90a", "error" if failed else "ok", cache_key=f"b{i}",
             error="link failed" if failed else None,
         ))
-    # 5 built: 4 wrong, 5 hangs, 6/7/8 correct; 6 measured twice (best run counts).
+    # 5 built: 4 wrong, 5 hangs, 6/7/8 correct; 6 measured twice (its standing combines both
+    # runs: a single lucky run does not rank it; tsopt.core.standing).
     store.record_measurement(c[4], measurement(g[4], None, "wrong"), "r1")
     store.record_measurement(c[5], measurement(g[5], None, "hang"), "r1")
     store.record_measurement(c[6], measurement(g[6], 40.0), "r1")
@@ -467,13 +468,14 @@ def test_funnel_rejections_and_ranking(store: Store) -> None:
     ]
 
     ranked = store.ranked(study)
-    tied = sorted([g[6].hash, g[7].hash])
-    assert [r.genome_hash for r in ranked] == tied + [g[8].hash]
+    # Unpaired records (no ratio) rank by the median of their runs' times: 20, 30 (40 and 20), 35.
+    assert [r.genome_hash for r in ranked] == [g[7].hash, g[6].hash, g[8].hash]
     assert [r.rank for r in ranked] == [1, 2, 3]
-    assert [r.median_us for r in ranked] == [20.0, 20.0, 35.0]
-    best_of_6 = next(r for r in ranked if r.genome_hash == g[6].hash)
-    assert best_of_6.run_id == "r2" and best_of_6.build is not None
-    assert [r.genome_hash for r in store.ranked(study, limit=1)] == tied[:1]
+    assert [r.standing.median_us for r in ranked if r.standing] == [20.0, 30.0, 35.0]
+    both_of_6 = next(r for r in ranked if r.genome_hash == g[6].hash)
+    assert both_of_6.standing is not None and both_of_6.standing.measurements == 2
+    assert both_of_6.run_id in ("r1", "r2") and both_of_6.build is not None
+    assert [r.genome_hash for r in store.ranked(study, limit=1)] == [g[7].hash]
     assert store.measured_hashes(study) == {g[i].hash for i in (4, 5, 6, 7, 8)}
 
 

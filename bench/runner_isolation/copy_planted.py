@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+os.environ["TSOPT_ALLOW_FAULT_GENES"] = "1"  # this demo plants faults on purpose
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tsopt.build.builder import build_candidate  # noqa: E402

@@ -6,6 +6,10 @@ overlapping or a task straddling a warpgroup, which stage a delayed release or c
 frees, SMEM beyond the boxes it sizes, store-thread registers, how boxes tile the tensor
 and a work tile, the persistent grid's consistency, and heads deeper than a work tile.
 Each finding has a stable rule name (``tsopt.warp_overlap``, ``tsopt.stage_identity``...).
+The TMA box (``tsopt.tma_box``) is the driver's to refuse, at launch: the kernel encodes one
+tensor map of ``box_rows x box_cols`` with no swizzle, so both must lie in 1..256 and a box
+row (``box_cols`` x element bytes) must be a positive multiple of 16 bytes
+(``cuTensorMapEncodeTiled``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,11 @@ from __future__ import annotations
 from tsopt.core.space import Finding
 from tsopt.search_spaces.copy.config import SMEM_CAPACITY
 from tsopt.search_spaces.copy.kernel import CopyConfig
+
+TMA_BOX_MAX = 256
+"""Elements of one TMA box dimension, at most (``cuTensorMapEncodeTiled``)."""
+TMA_INNER_BYTES = 16
+"""A TMA box's inner dimension, in bytes, is a positive multiple of this (no interleave)."""
 
 LAYOUT_RULES = ("tsopt.warp_overlap", "tsopt.launch_shape")
 """The rules a warp/register layout breaks on its own, whatever the boxes (the layout screen)."""
@@ -118,4 +127,24 @@ def copy_checks(cfg: CopyConfig) -> list[Finding]:
                     f"only {cfg.chunk}",
                 )
             )
+    findings += tma_box_findings(cfg)
+    return findings
+
+
+def tma_box_findings(cfg: CopyConfig) -> list[Finding]:
+    """The load's TMA box against the tensor map's limits (``tsopt.tma_box``)."""
+    findings: list[Finding] = []
+    for name, extent in (("box_rows", cfg.box_rows), ("box_cols", cfg.box_cols)):
+        if not 1 <= extent <= TMA_BOX_MAX:
+            findings.append(Finding(
+                "tsopt.tma_box",
+                f"{name}={extent}: a TMA box dimension must lie in 1..{TMA_BOX_MAX} elements",
+            ))
+    inner = cfg.box_cols * cfg.elem_bytes
+    if inner < TMA_INNER_BYTES or inner % TMA_INNER_BYTES:
+        findings.append(Finding(
+            "tsopt.tma_box",
+            f"box_cols={cfg.box_cols}: a box row of {inner} bytes is not a positive multiple "
+            f"of {TMA_INNER_BYTES} bytes, as the TMA's inner box dimension must be",
+        ))
     return findings

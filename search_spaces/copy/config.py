@@ -146,6 +146,8 @@ STRUCTURE_CHOICES: dict[str, tuple[Any, ...]] = {
     "persistent": (False, True),
     "raster": ("row", "col"),
 }
+# Genes ``planted.<name>`` (``tsopt.core.space.FAULT_GENE_PREFIX``): the verifier rejects a
+# genome carrying one (rule ``tsopt.fault_gene``) unless TSOPT_ALLOW_FAULT_GENES=1.
 PLANTED_FAULTS = {
     "skip_validation": "build even if TS rejects the schedule (TS warns instead of raising)",
     "consumer_threads": "consumer cooperative-group size that does not match the store warps",

@@ -29,6 +29,8 @@ from tsopt.core.space import (
     Progress,
     SearchSpace,
     TensorArg,
+    fault_genes,
+    fault_genes_allowed,
 )
 from tsopt.search_spaces.common import placement as placement_rules
 from tsopt.search_spaces.common.screen_cache import shipped_screen
@@ -393,6 +395,11 @@ class CopySpace(SearchSpace):
         from cutlass.cute.runtime import make_fake_compact_tensor
         from cutlass.runtime import make_fake_stream
 
+        planted = fault_genes(genome)
+        if planted and not fault_genes_allowed():
+            # The verifier rejects them (tsopt.fault_gene); a build that skipped it does too.
+            raise ValueError(f"fault-injection gene(s) {planted} are built only where faults "
+                             "are planted on purpose (TSOPT_ALLOW_FAULT_GENES=1)")
         cfg = config_of(genome, problem, arch)
         dt = cutlass.Float16 if cfg.dtype == "fp16" else cutlass.BFloat16
         shape = (cfg.rows, cfg.cols)

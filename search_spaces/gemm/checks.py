@@ -30,13 +30,29 @@ while a wgmma reading it is in flight or after it was released),
 ``tsopt.stage_identity`` (a wgmma reading another K slice's stage, or a
 wait or acquire consuming a probe of another stage),
 ``tsopt.async_acc_read`` (the epilogue reading an accumulator still being
-written). Everything else here is resource feasibility TS does not judge.
+written). Everything else here is resource feasibility TS does not judge, and the
+shape rules of the instructions the kernel issues (:func:`shape_findings`):
+``tsopt.wgmma_n`` and ``tsopt.wgmma_k`` (the wgmma each consumer warpgroup issues),
+``tsopt.tma_box`` (the TMA boxes of A and B), ``tsopt.epilogue_coverage`` (the epilogue
+writes every column of the tile) and ``tsopt.cluster_size`` (a portable cluster).
 """
 
 from __future__ import annotations
 
 from tsopt.core.space import Finding
-from tsopt.search_spaces.gemm.config import SMEM_CAPACITY, GemmConfig
+from tsopt.search_spaces.gemm.config import EPI_COLS, SMEM_CAPACITY, GemmConfig
+
+WGMMA_N = (8, 256, 8)
+"""Hopper wgmma N for 16-bit inputs (bf16, fp16): from 8 to 256 in steps of 8 (the DSL's
+``MmaF16BF16Op`` refuses any other, so such a kernel never builds)."""
+WGMMA_K = 16
+"""K of one 16-bit wgmma: the kernel issues ``tile_k // 16`` of them per K slice."""
+TMA_INNER_BYTES = 16
+"""A TMA box's inner dimension (bytes) is a positive multiple of 16 (``cuTensorMapEncodeTiled``;
+the DSL's ``make_smem_layout_a``/``_b`` assert a K extent of whole 8-element groups)."""
+PORTABLE_CLUSTER = 8
+"""CTAs in a cluster that every sm_90 launch accepts; more need the kernel attribute
+``cudaFuncAttributeNonPortableClusterSizeAllowed``, which no knob of this space sets."""
 
 
 def consumer_trace(cfg: GemmConfig, k_tiles: int) -> list[str]:
@@ -146,6 +162,63 @@ def producer_findings(cfg: GemmConfig, k_tiles: int) -> list[Finding]:
     return []
 
 
+def shape_findings(cfg: GemmConfig) -> list[Finding]:
+    """The instruction shapes the kernel issues, and the columns its epilogue writes.
+
+    - ``tsopt.wgmma_n``: each consumer warpgroup issues ``m64 x tile_n x k16`` wgmma (both
+      arrangements: cooperating warpgroups split the tile along M, a separate warpgroup
+      owns its tile), so ``tile_n`` is the wgmma N: 8..256, a multiple of 8.
+    - ``tsopt.wgmma_k``: ``tile_k // 16`` wgmma per K slice; a remainder is never multiplied.
+    - ``tsopt.tma_box``: A and B are loaded in boxes of K extent ``tile_k`` (CuTe splits rows
+      beyond 256 into more boxes by itself), so ``tile_k`` x element bytes must be a multiple
+      of 16.
+    - ``tsopt.epilogue_coverage``: both epilogues (``direct`` and ``tma_store``) drain the
+      accumulator in ``tile_n // 64`` subtiles of 64 columns; any other ``tile_n`` leaves
+      the last columns of every tile unwritten (and misplaces the TMA store's boxes).
+    - ``tsopt.cluster_size``: at most 8 CTAs (the portable cluster size).
+    """
+    findings: list[Finding] = []
+    low, high, step = WGMMA_N
+    if not (low <= cfg.tile_n <= high and cfg.tile_n % step == 0):
+        findings.append(Finding(
+            "tsopt.wgmma_n",
+            f"tile_n={cfg.tile_n} is the N of the m64 x N x k16 wgmma each consumer warpgroup "
+            f"issues; for {cfg.dtype} N must be a multiple of {step} from {low} to {high}",
+        ))
+    inner = cfg.tile_k * cfg.element_bytes
+    if inner % TMA_INNER_BYTES:
+        findings.append(Finding(
+            "tsopt.tma_box",
+            f"tile_k={cfg.tile_k}: the TMA boxes of A and B are {inner} bytes wide along K, "
+            f"not a multiple of {TMA_INNER_BYTES} bytes",
+        ))
+    elif cfg.tile_k % WGMMA_K:
+        findings.append(Finding(
+            "tsopt.wgmma_k",
+            f"tile_k={cfg.tile_k} is not a multiple of the wgmma K ({WGMMA_K}): the "
+            f"{cfg.tile_k // WGMMA_K} wgmma of a K slice multiply {cfg.tile_k // WGMMA_K * WGMMA_K} "
+            f"of its {cfg.tile_k} columns and skip the rest",
+        ))
+    if cfg.tile_n % EPI_COLS:
+        written = cfg.epi_subtiles * EPI_COLS
+        wrote = (f"writes {cfg.epi_subtiles} subtile(s), columns 0..{written - 1}, and leaves"
+                 if written else "writes no subtile and leaves")
+        findings.append(Finding(
+            "tsopt.epilogue_coverage",
+            f"tile_n={cfg.tile_n} is not a multiple of the epilogue's {EPI_COLS}-column subtile: "
+            f"the {cfg.epilogue} epilogue {wrote} columns {written}..{cfg.tile_n - 1} of every "
+            "tile unwritten",
+        ))
+    if cfg.cluster_size > PORTABLE_CLUSTER:
+        findings.append(Finding(
+            "tsopt.cluster_size",
+            f"cluster={cfg.cluster_m}x{cfg.cluster_n} has {cfg.cluster_size} CTAs: more than the "
+            f"portable {PORTABLE_CLUSTER}, and no knob of this space opts in to non-portable "
+            "cluster sizes (the launch would need cudaFuncAttributeNonPortableClusterSizeAllowed)",
+        ))
+    return findings
+
+
 def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
     """All of tsopt's own checks for one configuration; empty when it may be built."""
     k = k_tiles if k_tiles is not None else cfg.k_tiles
@@ -169,6 +242,7 @@ def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
             "arrangement 'separate' needs 2 consumer warpgroups: with one, it is the "
             "cooperative kernel",
         ))
+    findings += shape_findings(cfg)
     if cfg.tile_m % (64 * cfg.mma_warpgroups):
         findings.append(Finding(
             "tsopt.tile_shape",

@@ -37,6 +37,7 @@ from tsopt.core.space import (  # noqa: E402
     SearchSpace,
     TaskView,
     TensorArg,
+    gene_kind,
     op_kind,
 )
 from tsopt.search_spaces.common import placement as placement_rules  # noqa: E402
@@ -321,6 +322,14 @@ class HopperGemmSpace(SearchSpace):
         unknown = sorted(set(genome.genes) - {*NUMERIC_CHOICES, *STRUCTURE_CHOICES})
         if unknown:
             return f"unknown gene(s) {unknown} for space {SPACE!r}"
+        for name, meaning in ADDED_GENES.items():
+            # Left out of the schema (a genome may lack it), so judged here when present:
+            # any value but the choices would silently mean the default to the kernel.
+            if name in genome.genes:
+                choices = STRUCTURE_CHOICES[name]
+                error = GeneDomain(name, gene_kind(meaning), choices=choices).error(genome[name])
+                if error is not None:
+                    return error
         for task in TASK_OPS:
             ops = tuple((p.op, p.section) for p in genome.task(task).ops)
             error = placement_dataflow_error(task, ops)

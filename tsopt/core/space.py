@@ -22,6 +22,7 @@ injects a :data:`Judge`: the funnel receives one as an argument, the screens rea
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from abc import ABC, abstractmethod
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from tsopt.core.errors import UserInputError
 from tsopt.core.genome import GeneValue, Genome, Section
 from tsopt.core.problem import Problem, ProblemError
 from tsopt.core.records import Verdict
@@ -38,6 +40,24 @@ KnobKind = Literal["structural", "numeric"]
 SANITY_FACTOR = 64
 """An integer knob's gene may be at most this many times the greatest value the space proposes
 (:meth:`SearchSpace.gene_domains`)."""
+
+FAULT_GENE_PREFIX = "planted."
+"""Genes named ``planted.<fault>`` plant a deliberate fault (a space's tests, the runner's
+isolation demo); no enumerator or sampler makes them."""
+FAULT_GENES_ENV = "TSOPT_ALLOW_FAULT_GENES"
+"""Set to ``1`` where faults are planted on purpose; otherwise the verifier rejects a genome
+that carries a fault gene (rule ``tsopt.fault_gene``), whatever the space."""
+
+
+def fault_genes(genome: Genome) -> list[str]:
+    """The fault-injection genes ``genome`` carries (:data:`FAULT_GENE_PREFIX`), sorted."""
+    return sorted(name for name in genome.genes if name.startswith(FAULT_GENE_PREFIX))
+
+
+def fault_genes_allowed() -> bool:
+    """Whether this process plants faults on purpose (:data:`FAULT_GENES_ENV` is ``1``)."""
+    return os.environ.get(FAULT_GENES_ENV, "") == "1"
+
 
 Judge = Callable[[Genome, Problem], Verdict]
 """``judge(genome, problem) -> Verdict``: the verifier, injected by whoever holds one (the
@@ -375,7 +395,14 @@ class SearchSpace(ABC):
         """
         seed = self.seed_genome(problem)
         knobs: dict[str, list[GeneValue]] = {}
-        for knob in (*self.knobs(), *self.knobs(problem)):
+        try:
+            listed = (*self.knobs(), *self.knobs(problem))
+        except UserInputError:
+            # The space cannot list its knobs now (a stale screen and no verifier to recompute
+            # it): the schema is then the seed's genes and kinds, and the space's own checks
+            # judge the values.
+            listed = ()
+        for knob in listed:
             knobs.setdefault(knob.name, []).extend(knob.choices)
         domains: dict[str, GeneDomain] = {}
         for name, value in seed.genes.items():

@@ -3,7 +3,9 @@
 First the genome schema: every gene of the space present, of its kind, within its range or
 among its choices (:meth:`~tsopt.core.space.SearchSpace.gene_domains`, from the space's knobs);
 a genome that fails it is rejected at the ``dataflow`` gate (rule ``dataflow``), the bad
-gene named, before any check of the space reads it. Then three gates, in order:
+gene named, before any check of the space reads it. A genome carrying a fault-injection gene
+(``planted.*``, for tests) is rejected there too (rule ``tsopt.fault_gene``) unless the
+process plants faults on purpose (``TSOPT_ALLOW_FAULT_GENES=1``). Then three gates, in order:
 
 1. ``dataflow`` — the space's own cheap check that every value is produced
    before it is used (and that the genome belongs to the space at all).
@@ -46,6 +48,9 @@ if TYPE_CHECKING:
 # A genome that does not fit its space's schema does not belong to the space: the dataflow
 # gate's own rule (the message names the gene).
 SCHEMA_RULE = "dataflow"
+FAULT_GENE_RULE = "tsopt.fault_gene"
+"""A genome carrying a fault-injection gene (``planted.*``) outside a process that plants
+faults on purpose (``TSOPT_ALLOW_FAULT_GENES=1``): rejected at the dataflow gate."""
 MAX_VERIFY_DOMAIN = 4096  # iterations of the host check; 256 take a third of a second
 
 # TS raises ValueError with a precise sentence; these map it to a stable rule name.
@@ -192,6 +197,19 @@ def schema_error(genome: Genome, problem: Problem, space: SearchSpace) -> str | 
     return genome_schema_error(space.name, domains, genome)
 
 
+def fault_gene_error(genome: Genome) -> str | None:
+    """Why ``genome`` may not carry its fault-injection genes here (naming them), else None:
+    they are for tests and demos that set ``TSOPT_ALLOW_FAULT_GENES=1``."""
+    from tsopt.core.space import FAULT_GENES_ENV, fault_genes, fault_genes_allowed
+
+    planted = fault_genes(genome)
+    if not planted or fault_genes_allowed():
+        return None
+    shown = ", ".join(f"{name}={genome.genes[name]!r}" for name in planted)
+    return (f"fault-injection gene(s) {shown}: they plant a deliberate fault and are accepted "
+            f"only where tests plant faults on purpose ({FAULT_GENES_ENV}=1)")
+
+
 def check_genome_schema(genome: Genome, problem: Problem | None = None,
                         space: SearchSpace | None = None) -> None:
     """Raise UserInputError naming the bad gene when ``genome`` does not fit its space's
@@ -255,6 +273,11 @@ def verify_genome(
     if error is not None:
         return Verdict.reject(
             genome.hash, "dataflow", SCHEMA_RULE, error, time.perf_counter() - start
+        )
+    error = fault_gene_error(genome)
+    if error is not None:
+        return Verdict.reject(
+            genome.hash, "dataflow", FAULT_GENE_RULE, error, time.perf_counter() - start
         )
     error = space.dataflow_error(genome)
     if error is not None:
