@@ -31,8 +31,8 @@ import pytest
 
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, default_problem
-from tsopt.core.registry import get_space
 from tsopt.core.records import Verdict
+from tsopt.core.registry import get_space
 from tsopt.core.space import FAULT_GENES_ENV
 from tsopt.verify.verifier import (
     FAULT_GENE_RULE,

@@ -174,6 +174,10 @@ def _record(
         config={"created_by": "tsopt ingest", "bundle_id": manifest.bundle_id},
     )
     report.created_study = not existed
+    if not existed:
+        # No tune process runs a study that a bundle created: it is finished as recorded (a
+        # `running` one would be taken for a killed run by the next command).
+        store.set_study_status(manifest.study, "finished")
     for b in results.baselines:
         new = store.record_baseline(b.problem_key, b.name, b.device, results.run_id, b.median_us,
                                     b.p10_us, b.p90_us, b.rate, b.rate_unit)
