@@ -48,7 +48,7 @@ K slice as one commit group, and the SMEM stage they read stays in use until a
 ``SmemAB.wgmma_wait(pending=N)``, a consumer work on the SMEM resource, so TS
 sees that the stage is still being read there; which stage a release frees and
 which batches a wait retires is checked by tsopt (``tsopt.async_release``,
-see ``search_spaces/_gemm_checks.py``), because TS treats the wgmma as a
+see ``search_spaces/gemm/checks.py``), because TS treats the wgmma as a
 synchronous producer work.
 
 Every knob is read from a :class:`GemmConfig` where it is used: ``cfg.tile_m``,
