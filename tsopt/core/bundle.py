@@ -604,7 +604,7 @@ def measurement_problem(m: Measurement, devices: set[str]) -> str | None:
     for key, value in times.items():
         if not _positive(value):
             return f"status 'ok' with {key} {value!r}: a timing must be finite and positive"
-    if not times["p10_us"] <= times["median_us"] <= times["p90_us"]:  # type: ignore[operator]
+    if not times["p10_us"] <= times["median_us"] <= times["p90_us"]:
         return (f"p10 {times['p10_us']} <= median {times['median_us']} <= p90 "
                 f"{times['p90_us']} does not hold")
     if isinstance(m.runs, bool) or not isinstance(m.runs, int) or m.runs < 1:

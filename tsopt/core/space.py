@@ -411,9 +411,10 @@ class SearchSpace(ABC):
             if kind in ("bool", "str") and values:
                 domains[name] = GeneDomain(name, kind, choices=tuple(dict.fromkeys([*values, value])))
             elif kind == "int" and values:
-                numbers = [int(c) for c in values]  # type: ignore[call-overload]
-                domains[name] = GeneDomain(name, kind, low=min(*numbers, int(value)),
-                                           high=max(SANITY_FACTOR * max(numbers), int(value)))
+                numbers = [c for c in values if isinstance(c, int)]
+                seed_value = value if isinstance(value, int) else min(numbers)
+                domains[name] = GeneDomain(name, kind, low=min(*numbers, seed_value),
+                                           high=max(SANITY_FACTOR * max(numbers), seed_value))
             elif kind == "int":
                 domains[name] = GeneDomain(name, kind, low=0)
             else:
