@@ -553,19 +553,8 @@ class Store:
         self, study: str, genome: Genome, origin: str, trial_number: int | None = None,
     ) -> int:
         """The candidate id of ``genome`` in ``study``; added if new, else the existing id."""
-        if origin not in ORIGINS:
-            raise ValueError(f"candidate origin {origin!r} is not one of {ORIGINS}")
         with self._writing() as session:
-            study_row = self._study_row(session, study)
-            if genome.space != study_row.space:
-                raise UserInputError(
-                    f"genome {genome.short_hash} is of space {genome.space!r}, "
-                    f"but study {study!r} searches space {study_row.space!r}"
-                )
-            fresh = CandidateRow(
-                study_id=study_row.id, genome_hash=genome.hash, genome_json=genome.canonical_json(),
-                origin=origin, trial_number=trial_number,
-            )
+            study_row, fresh = self._new_candidate_row(session, study, genome, origin, trial_number)
 
             def lookup() -> CandidateRow | None:
                 return session.scalar(select(CandidateRow).where(
@@ -573,6 +562,24 @@ class Store:
                 ))
 
             return self._insert_or_get(session, fresh, lookup).id
+
+    def _new_candidate_row(
+        self, session: Session, study: str, genome: Genome, origin: str, trial_number: int | None,
+    ) -> tuple[StudyRow, CandidateRow]:
+        """The study's row and an unsaved candidate row for ``genome``; the origin and the
+        genome's space checked against the study."""
+        if origin not in ORIGINS:
+            raise ValueError(f"candidate origin {origin!r} is not one of {ORIGINS}")
+        study_row = self._study_row(session, study)
+        if genome.space != study_row.space:
+            raise UserInputError(
+                f"genome {genome.short_hash} is of space {genome.space!r}, "
+                f"but study {study!r} searches space {study_row.space!r}"
+            )
+        return study_row, CandidateRow(
+            study_id=study_row.id, genome_hash=genome.hash, genome_json=genome.canonical_json(),
+            origin=origin, trial_number=trial_number,
+        )
 
     def candidate_id(self, study: str, genome_hash: str) -> int | None:
         with self._reading() as session:
@@ -592,19 +599,9 @@ class Store:
         when it is new, already this run's, or held by no live run (taken over: a run killed
         part-way leaves its candidates to the next). Otherwise the live run that holds it is
         named, and this run must not evaluate it (it waits for that run's outcome)."""
-        if origin not in ORIGINS:
-            raise ValueError(f"candidate origin {origin!r} is not one of {ORIGINS}")
         with self._writing() as session:
-            study_row = self._study_row(session, study)
-            if genome.space != study_row.space:
-                raise UserInputError(
-                    f"genome {genome.short_hash} is of space {genome.space!r}, "
-                    f"but study {study!r} searches space {study_row.space!r}"
-                )
-            fresh = CandidateRow(
-                study_id=study_row.id, genome_hash=genome.hash, genome_json=genome.canonical_json(),
-                origin=origin, trial_number=trial_number, claimed_by=run_id,
-            )
+            study_row, fresh = self._new_candidate_row(session, study, genome, origin, trial_number)
+            fresh.claimed_by = run_id
 
             def lookup() -> CandidateRow | None:
                 return session.scalar(select(CandidateRow).where(
