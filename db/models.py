@@ -5,9 +5,10 @@ database and owns unprefixed tables (``studies``, ``trials``,
 ``alembic_version``...). Only the migrations create or change these tables;
 this module declares them so that queries are typed.
 
-The verdict and build tables are caches shared across studies (a verdict
-depends on the genes that can change it, a build on genome, problem, arch and
-tool versions); a candidate points at the rows that judged and built it.
+The verdict, judged and build tables are caches shared across studies (a TS verdict
+depends on the genes that can change it, a whole verdict on genome, problem, arch and
+verifier version, a build on genome, problem, arch and tool versions); a candidate points
+at the rows that judged and built it.
 """
 
 from __future__ import annotations
@@ -93,6 +94,31 @@ class VerdictRow(Base):
     verdict_key: Mapped[str] = mapped_column(String(255))
     # The genome first judged under this key: keeps a cached verdict traceable to a candidate.
     genome_hash: Mapped[str] = mapped_column(String(64))
+    valid: Mapped[bool] = mapped_column(Boolean)
+    stage: Mapped[str] = mapped_column(String(16))
+    rule: Mapped[str | None] = mapped_column(String(128))
+    message: Mapped[str | None] = mapped_column(Text)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    domain: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class JudgedRow(Base):
+    """A whole verdict (every gate) of one genome for one problem, arch and verifier version:
+    the verdict cache shared across studies (``Store.find_judged`` before verifying,
+    ``Store.record_judged`` after). Unlike ``tsopt_verdict`` (the TS gate, shared by every
+    genome of a verdict key), a row here is never another genome's verdict."""
+
+    __tablename__ = "tsopt_judged"
+    __table_args__ = (UniqueConstraint("space", "genome_hash", "problem_key", "arch",
+                                       "tool_version", name="uq_tsopt_judged_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    space: Mapped[str] = mapped_column(String(64))
+    genome_hash: Mapped[str] = mapped_column(String(64))
+    problem_key: Mapped[str] = mapped_column(String(255))
+    arch: Mapped[str] = mapped_column(String(32))
+    tool_version: Mapped[str] = mapped_column(String(64))
     valid: Mapped[bool] = mapped_column(Boolean)
     stage: Mapped[str] = mapped_column(String(16))
     rule: Mapped[str | None] = mapped_column(String(128))

@@ -17,7 +17,14 @@ from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
 from tsopt.core.records import BuildResult, Measurement, Verdict
 from tsopt.core.standing import Standing, standing
-from tsopt.db.models import BuildRow, CandidateRow, MeasurementRow, StudyRow, VerdictRow
+from tsopt.db.models import (
+    BuildRow,
+    CandidateRow,
+    JudgedRow,
+    MeasurementRow,
+    StudyRow,
+    VerdictRow,
+)
 from tsopt.db.views import (
     FUNNEL_STAGES,
     CandidateInfo,
@@ -52,6 +59,20 @@ def study_info(row: StudyRow) -> StudyInfo:
         created_at=aware(row.created_at),
         updated_at=aware(row.updated_at),
         killed_at=aware(row.killed_at) if row.killed_at is not None else None,
+    )
+
+
+def judged_record(row: JudgedRow) -> Verdict:
+    """A kept whole verdict as the record the verifier returns (``cached``)."""
+    return Verdict(
+        genome_hash=row.genome_hash,
+        valid=row.valid,
+        stage=row.stage,  # type: ignore[arg-type]
+        rule=row.rule,
+        message=row.message,
+        seconds=row.seconds,
+        domain=row.domain,
+        cached=True,
     )
 
 

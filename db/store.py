@@ -41,6 +41,7 @@ from tsopt.core.genome import Genome
 from tsopt.core.names import check_study_name
 from tsopt.core.problem import Problem
 from tsopt.core.records import MEASURE_STATUSES, BuildResult, Measurement, Verdict
+from tsopt.core.space import JudgedKey
 from tsopt.db import queries
 from tsopt.db.engine import (
     database_lock,
@@ -62,6 +63,7 @@ from tsopt.db.models import (
     BaselineRow,
     BuildRow,
     CandidateRow,
+    JudgedRow,
     MeasurementRow,
     RunRow,
     StudyRow,
@@ -674,6 +676,51 @@ class Store:
                     ))
 
                 candidate.verdict_id = self._insert_or_get(session, fresh, lookup).id
+
+    # -- whole verdicts, shared across studies --------------------------------------------
+    def find_judged(self, key: JudgedKey) -> Verdict | None:
+        """The whole verdict recorded under ``key`` (any study's), ``cached=True``; None when
+        this genome was never judged for this problem, arch and verifier version."""
+        with self._reading() as session:
+            row = session.scalar(select(JudgedRow).where(
+                JudgedRow.space == key.space, JudgedRow.genome_hash == key.genome_hash,
+                JudgedRow.problem_key == key.problem_key, JudgedRow.arch == key.arch,
+                JudgedRow.tool_version == key.tool_version,
+            ))
+            return queries.judged_record(row) if row is not None else None
+
+    def record_judged(self, key: JudgedKey, verdict: Verdict) -> None:
+        """Keep ``verdict`` under ``key`` (a concurrent writer of the same key wins: the
+        verdict is the same)."""
+        if verdict.genome_hash != key.genome_hash:
+            raise UserInputError(f"verdict of genome {verdict.genome_hash[:12]} recorded under "
+                                 f"genome {key.genome_hash[:12]}")
+        with self._writing() as session:
+            fresh = JudgedRow(
+                space=key.space, genome_hash=key.genome_hash, problem_key=key.problem_key,
+                arch=key.arch, tool_version=key.tool_version, valid=verdict.valid,
+                stage=verdict.stage, rule=verdict.rule, message=verdict.message,
+                seconds=verdict.seconds, domain=verdict.domain,
+            )
+
+            def lookup() -> JudgedRow | None:
+                return session.scalar(select(JudgedRow).where(
+                    JudgedRow.space == key.space, JudgedRow.genome_hash == key.genome_hash,
+                    JudgedRow.problem_key == key.problem_key, JudgedRow.arch == key.arch,
+                    JudgedRow.tool_version == key.tool_version,
+                ))
+
+            self._insert_or_get(session, fresh, lookup)
+
+    def judged_count(self, space: str | None = None) -> int:
+        """Whole verdicts kept (of ``space``, or all)."""
+        from sqlalchemy import func
+
+        with self._reading() as session:
+            query = select(func.count(JudgedRow.id))
+            if space is not None:
+                query = query.where(JudgedRow.space == space)
+            return int(session.scalar(query) or 0)
 
     # -- build cache --------------------------------------------------------------------
     def find_build(self, cache_key: str) -> BuildResult | None:

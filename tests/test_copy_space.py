@@ -227,6 +227,51 @@ def test_valid_schedules_pass(space) -> None:  # type: ignore[no-untyped-def]
         assert verdict.domain >= int(genome["stages"]) + 2
 
 
+def test_a_dsl_valued_domain_accepts_what_the_host_domain_accepts(  # type: ignore[no-untyped-def]
+    space, monkeypatch
+) -> None:
+    """The kernel hands TS its domain as a DSL value (so trace time does not walk ``chunk``
+    iterations, bench/build_memory): a schedule the host verifier accepts must pass TS's
+    trace-time checks with such a domain too, or it would not build. bench/build_memory/
+    domain_check.py runs this over every screened placement pair and stage count."""
+    import tsopt.search_spaces.copy.kernel as copy_kernel
+
+    host_manager = copy_kernel.TaskManager
+
+    def kernel_manager(**kwargs):  # type: ignore[no-untyped-def]
+        # As in the kernel (on_device): every TS check but the exhaustive BFS.
+        return host_manager(**{**kwargs, "exhaustive_deadlock_race_check": False})
+
+    class NotAnInt:
+        """What TS sees of a DSL value at trace time."""
+
+    screen = space.screens()
+    genomes = [space.genome(load=(tuple(b), d, x), stages=2) for b, d, x in screen["load"]]
+    genomes += [space.genome(store=(tuple(b), d, x), stages=3, advance_on_wait=True)
+                for b, d, x in screen["store"]]
+    genomes.append(space.genome(store=(STORE_OPS, 1, "release"), stages=1))  # rejected
+    accepted = 0
+    for genome in genomes:
+        cfg = config_of(genome, PROBLEM)
+        try:
+            copy_kernel.build_task_manager(cfg, domain=space.verify_domain(genome))
+        except ValueError:
+            host = False
+        else:
+            host = True
+        monkeypatch.setattr(copy_kernel, "TaskManager", kernel_manager)
+        try:
+            copy_kernel.build_task_manager(cfg, domain=NotAnInt())
+        except ValueError:
+            kernel = False
+        else:
+            kernel = True
+        monkeypatch.setattr(copy_kernel, "TaskManager", host_manager)
+        assert kernel == host, (genome.short_hash, host, kernel)
+        accepted += host
+    assert 0 < accepted < len(genomes)
+
+
 def test_verdicts_are_cached_by_the_genes_that_can_change_them(space) -> None:  # type: ignore[no-untyped-def]
     cache = VerdictCache()
     first = verify_genome(space.genome(chunk=8, box_rows=32), PROBLEM, space=space, cache=cache)

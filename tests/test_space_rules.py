@@ -1,8 +1,10 @@
 """The checks' holes closed (issue 14, item 5): each a named rule, each tested on the real
 verifier with a one-gene edit of a space's seed genome (or of a valid neighbour of it).
 
-- ``tsopt.epilogue_coverage`` (GEMM): a ``tile_n`` that is not a multiple of the epilogue's
-  64-column subtile leaves columns of every tile unwritten, with either epilogue.
+- ``tsopt.epilogue_coverage`` (GEMM): a ``tile_n`` that no epilogue subtile width divides
+  (64, or since issue 13 the narrower 32 and 16: an odd multiple of 8 such as 136) leaves
+  columns of every tile unwritten, with either epilogue; one that 32 or 16 divides (96) is
+  drained in narrower subtiles and verifies.
 - ``tsopt.wgmma_n`` (GEMM): ``tile_n`` is the N of every wgmma a consumer warpgroup issues.
 - ``tsopt.wgmma_k`` (GEMM): ``tile_k // 16`` wgmma per K slice; a remainder is skipped.
 - ``tsopt.tma_box`` (GEMM and copy): TMA box dimensions 1..256, a box row a positive
@@ -10,6 +12,7 @@ verifier with a one-gene edit of a space's seed genome (or of a valid neighbour 
 - ``tsopt.cluster_size`` (GEMM): at most 8 CTAs (portable; no knob opts in to more). The
   schema refuses any cluster outside the knob's choices first.
 - the schema (``dataflow`` gate, rule ``SCHEMA_RULE``): knob values outside their choices.
+- ``tsopt.unit_extent`` (GEMM, issue 13): a problem with M = 1 (a 1-row TMA descriptor).
 - ``tsopt.fault_gene`` (any space): ``planted.*`` genes only under
   ``TSOPT_ALLOW_FAULT_GENES=1``.
 - the genome size bounds: ``tests/test_trust_and_bounds.py`` (refused before parsing).
@@ -89,7 +92,7 @@ def test_the_seeds_are_valid(gemm: Any, copy: Any) -> None:
 
 
 @pytest.mark.parametrize("epilogue", ["direct", "tma_store"])
-@pytest.mark.parametrize("tile_n, unwritten", [(96, "64..95"), (200, "192..199")])
+@pytest.mark.parametrize("tile_n, unwritten", [(136, "128..135"), (200, "192..199")])
 def test_epilogue_coverage_of_the_whole_tile(gemm: Any, epilogue: str, tile_n: int,
                                              unwritten: str) -> None:
     base = gemm.seed_genome(GEMM_PROBLEM).replace(epilogue=epilogue)
@@ -99,6 +102,17 @@ def test_epilogue_coverage_of_the_whole_tile(gemm: Any, epilogue: str, tile_n: i
     message = verdict.message or ""
     assert f"tile_n={tile_n}" in message and f"the {epilogue} epilogue" in message
     assert f"columns {unwritten}" in message and "(and" not in message  # the only rule
+
+
+@pytest.mark.parametrize("epilogue", ["direct", "tma_store"])
+def test_a_tile_n_off_the_64_grid_is_drained_in_narrower_subtiles(gemm: Any,
+                                                                   epilogue: str) -> None:
+    """96 columns are three 32-column subtiles (issue 13): every column written, valid."""
+    genome = gemm.seed_genome(GEMM_PROBLEM).replace(epilogue=epilogue, tile_n=96)
+    verdict = verify_genome(genome, GEMM_PROBLEM, space=gemm)
+    assert verdict.valid, verdict.summary()
+    cfg = gemm.config(genome, GEMM_PROBLEM)
+    assert (cfg.epi_cols, cfg.epi_subtiles) == (32, 3)
 
 
 @pytest.mark.parametrize("tile_n", [100, 264, 320])
@@ -246,12 +260,13 @@ PLANTS: tuple[Plant, ...] = (
     ("gemm tile_n=136 (legal wgmma N, ragged epilogue)",
      lambda g, c: g.seed_genome(GEMM_PROBLEM).replace(tile_n=136), "gemm", "default",
      "tsopt.epilogue_coverage"),
-    ("gemm tile_n=32 (no epilogue subtile at all)",
-     lambda g, c: g.seed_genome(GEMM_PROBLEM).replace(tile_n=32), "gemm", "default",
-     "dataflow"),  # below the schema's range: refused first
-    ("gemm tile_n=160, tma_store, separate, 2 stages",
-     lambda g, c: g.seed_genome(GEMM_PROBLEM).replace(tile_n=160, epilogue="tma_store",
-                                                      arrangement="separate", stages=2),
+    ("gemm tile_n=8 (no epilogue subtile at all)",
+     lambda g, c: g.seed_genome(GEMM_PROBLEM).replace(tile_n=8), "gemm", "default",
+     "dataflow"),  # below the schema's range (16..256): refused first
+    ("gemm tile_n=200, tma_store, separate m64 tiles, 2 stages",
+     lambda g, c: g.seed_genome(GEMM_PROBLEM).replace(tile_n=200, epilogue="tma_store",
+                                                      arrangement="separate", tile_m=64,
+                                                      stages=2),
      "gemm", "default", "tsopt.epilogue_coverage"),
     ("gemm tile_n=248 (multiple of 8, not of 64)",
      lambda g, c: g.seed_genome(GEMM_PROBLEM).replace(tile_n=248), "gemm", "default",
@@ -276,6 +291,9 @@ PLANTS: tuple[Plant, ...] = (
     ("gemm arrangement 'zigzag' (a gene added later: outside the schema)",
      lambda g, c: g.seed_genome(GEMM_PROBLEM).replace(arrangement="zigzag"), "gemm", "default",
      "dataflow"),
+    ("gemm M=1 (a 1-row A: one-dimensional TMA descriptor)",
+     lambda g, c: g.seed_genome(GEMM_PROBLEM), "gemm", "gemm:bf16:1x4096x4096",
+     "tsopt.unit_extent"),
     ("gemm planted.skip_validation",
      lambda g, c: with_genes(g.seed_genome(GEMM_PROBLEM), **{"planted.skip_validation": True}),
      "gemm", "default", "tsopt.fault_gene"),
@@ -312,7 +330,7 @@ def test_planted_invalid_genomes_are_caught(gemm: Any, copy: Any) -> None:
         (caught if ok else missed).append(f"{name}: {verdict.summary()[:160]}")
     print(f"planted {len(PLANTS)}, caught {len(caught)}")
     assert not missed, missed
-    assert len(caught) == len(PLANTS) == 16
+    assert len(caught) == len(PLANTS) == 17
 
 
 # -- nothing lost --------------------------------------------------------------------------------

@@ -47,6 +47,9 @@ tune_app = typer.Typer(help="Search a kernel space for one problem.", no_args_is
 app.add_typer(tune_app, name="tune")
 db_app = typer.Typer(help="Look after the database: `tsopt db check`.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+library_app = typer.Typer(help="The seed library new studies start from: `tsopt library show`, "
+                               "`tsopt library update`.", no_args_is_help=True)
+app.add_typer(library_app, name="library")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -192,12 +195,16 @@ def measure(
     runs: int = typer.Option(50, help="Timed runs per candidate (at least 20)."),
     warmup: int = typer.Option(10, help="Warm-up runs per candidate."),
     limit: int = typer.Option(None, help="Measure only the first N candidates."),
+    gpus: str = typer.Option("all", help="GPUs to measure on, one measuring worker each: N "
+                             "(the first N this process sees) or all."),
 ) -> None:
     """On a GPU machine: check and time every candidate of a bundle, write results into it."""
     with _Guard():
         from tsopt.app.measure import measure_bundle
+        from tsopt.workers.gpus import parse_gpus
 
-        code = measure_bundle(bundle, runs=runs, warmup=warmup, limit=limit, console=console)
+        code = measure_bundle(bundle, runs=runs, warmup=warmup, limit=limit, console=console,
+                              gpus=parse_gpus(gpus))
     raise typer.Exit(code)
 
 
@@ -298,6 +305,50 @@ def db_check(db: str = typer.Option(DEFAULT_DB, help=DB_HELP)) -> None:
         from tsopt.app.db_check import check_database
 
         code = check_database(db, console)
+    raise typer.Exit(code)
+
+
+# --------------------------------------------------------------------------------------
+# library
+# --------------------------------------------------------------------------------------
+
+LIBRARY_PATH_HELP = ("Library file (default: $TSOPT_LIBRARY, else the one shipped in the "
+                     "package, tsopt/data/seed_library.json).")
+
+
+@library_app.command("show")
+def library_show(
+    library: Path | None = typer.Option(None, help=LIBRARY_PATH_HELP),
+    space: str | None = typer.Option(None, help="Only this space's entries."),
+    json_out: bool = typer.Option(False, "--json", help="Print the entries as JSON."),
+) -> None:
+    """The best-known schedules per shape class, with their ratio to the vendor baseline and
+    where each figure came from."""
+    with _Guard():
+        from tsopt.app.library import library_show as show
+
+        code = show(library, space, console, as_json=json_out)
+    raise typer.Exit(code)
+
+
+@library_app.command("update")
+def library_update(
+    db: str | None = typer.Option(None, help="Take the best of this database's finished "
+                                              "studies (SQLAlchemy URL)."),
+    study: list[str] | None = typer.Option(None, "--study", help="Only these studies of --db "
+                                                                 "(finished or not; repeatable)."),
+    evidence: list[str] | None = typer.Option(None, "--evidence", help=(
+        "Committed measured results to take (study dumps, bench result files, bundle "
+        "results.json; globs allowed; repeatable).")),
+    library: Path | None = typer.Option(None, help=LIBRARY_PATH_HELP),
+) -> None:
+    """Merge the best measured schedules of finished studies (and/or committed evidence) into
+    the seed library: per problem the best three, paired figures first."""
+    with _Guard(db):
+        from tsopt.app.library import evidence_files
+        from tsopt.app.library import library_update as update
+
+        code = update(db, tuple(study or ()), evidence_files(evidence or ()), library, console)
     raise typer.Exit(code)
 
 

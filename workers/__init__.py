@@ -11,7 +11,8 @@ The searching process's side (standard library only; it never touches the GPU):
 - ``watchdog``: one child under phase deadlines, killed with its process group;
 - ``limits``: the deadlines; ``outcomes``: what a child did -> a Measurement status;
 - ``protocol``: the report and command pipes between the two sides;
-- ``bundle_measure``: a bundle's candidates into its results.json; ``machine``: is there a GPU.
+- ``bundle_measure``: a bundle's candidates into its results.json; ``machine``: is there a GPU;
+- ``gpus``: which GPUs measure (``--gpus N|all``; torch imported only to count them).
 
 The measuring child's side (torch):
 

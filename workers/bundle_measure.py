@@ -18,12 +18,18 @@ measuring children.
 from __future__ import annotations
 
 import math
+import threading
+import time
 import uuid
-from dataclasses import replace
+from collections import deque
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from tsopt.core.bundle import (
     Baseline,
+    BundleCandidate,
     BundleManifest,
     BundleResults,
     read_manifest,
@@ -35,9 +41,10 @@ from tsopt.core.devices import check_fits
 from tsopt.core.errors import UserInputError
 from tsopt.core.problem import ProblemError
 from tsopt.core.records import Measurement
+from tsopt.workers.gpus import measuring_gpus
 from tsopt.workers.limits import Limits
 from tsopt.workers.measure import ISOLATIONS, open_measurer
-from tsopt.workers.measurer import MeasureError, MeasureStats, Probe
+from tsopt.workers.measurer import MeasureError, Measurer, MeasureStats, Probe
 from tsopt.workers.worker_measurer import BASELINE_MODES, REBASELINE_EVERY, WORKER_MAX_CANDIDATES
 
 MIN_RUNS = 20
@@ -80,8 +87,9 @@ class BundleView:
         print(f"cannot measure on this machine{' any more' if started else ''}: {error}",
               flush=True)
 
-    def baseline(self, base: Baseline, limits: Limits, isolation: str, mode: str) -> None:
-        print(f"{base.device}: {base.name} {base.median_us:.2f} us ({num(base.rate, '.1f')} "
+    def baseline(self, base: Baseline, limits: Limits, isolation: str, mode: str,
+                 gpu: int | None = None) -> None:
+        print(f"{gpu_label(gpu)}{base.device}: {base.name} {base.median_us:.2f} us ({num(base.rate, '.1f')} "
               f"{base.rate_unit}); watchdog limits: check {limits.check_s:.1f} s, timing "
               f"{limits.timing_s:.1f} s; isolation: {isolation}, baseline: {mode}", flush=True)
 
@@ -96,7 +104,7 @@ class BundleView:
         """One candidate is being measured."""
 
     def measured(self, m: Measurement, pid: int | None) -> None:
-        cost = f"{m.seconds:.2f} s{f' pid {pid}' if pid is not None else ''}"
+        cost = f"{m.seconds:.2f} s{f' pid {pid}' if pid is not None else ''}{on_gpu(m)}"
         if m.status == "ok" and m.median_us is not None:
             figures = (f"{m.median_us:9.2f} us  {num(m.rate, '9.1f')} {m.rate_unit:<7}"
                        f"  x{num(m.ratio, '.3f')} vs {m.baseline_name}")
@@ -106,6 +114,11 @@ class BundleView:
 
     def end(self) -> None:
         """The measuring loop is over (done, or stopped)."""
+
+    def shares(self, shares: list[GpuShare]) -> None:
+        """What each GPU did (printed when there were several)."""
+        for line in share_lines(shares):
+            print(line, flush=True)
 
     def finished(self, bundle: Path, results: BundleResults, stats: MeasureStats) -> None:
         print(status_counts(results))
@@ -119,6 +132,30 @@ class BundleView:
                       f"rel err {num(m.rel_err, '.2e')}")
         print(stats.summary())
         print(f"results written to {bundle / 'results.json'} (run {results.run_id})", flush=True)
+
+
+def gpu_label(gpu: int | None) -> str:
+    """``"GPU 1: "`` before a line about one GPU's worker; nothing on the default device."""
+    return "" if gpu is None else f"GPU {gpu}: "
+
+
+def on_gpu(m: Measurement) -> str:
+    gpu = m.conditions.get("gpu")
+    return "" if gpu is None else f" GPU {gpu}"
+
+
+def share_lines(shares: list[GpuShare]) -> list[str]:
+    """One line per GPU, and the rate of all of them together, when several measured."""
+    if len(shares) < 2:
+        return []
+    wall = max(s.wall_s for s in shares)
+    total = sum(s.candidates for s in shares)
+    lines = [f"{gpu_name(s.gpu)}: {s.candidates} candidates, measuring {s.measuring_s:.1f} s of "
+             f"{s.wall_s:.1f} s ({100 * s.busy_fraction:.0f} % busy), set-up {s.setup_s:.1f} s"
+             + (f"; stopped: {s.stopped}" if s.stopped else "") for s in shares]
+    rate = f"{total / wall:.2f} candidates/s" if wall > 0 else "-"
+    lines.append(f"{len(shares)} GPUs: {total} candidates in {wall:.1f} s ({rate})")
+    return lines
 
 
 def check_options(runs: int, warmup: int, limit: int | None, checks: int,
@@ -155,23 +192,176 @@ def finite_figures(m: Measurement) -> Measurement:
         return m
     error = "; ".join(x for x in (m.error, "non-finite " + ", ".join(
         f"{key}={value}" for key, value in bad.items())) if x)
-    cleared = replace(m, error=error, **{key: None for key in bad})
+    nones: dict[str, Any] = {key: None for key in bad}
+    cleared = replace(m, error=error, **nones)
     if m.status == "ok" and {"median_us", "p10_us", "p90_us"} & set(bad):
         return replace(cleared, status="crash", median_us=None, p10_us=None, p90_us=None)
     return cleared
 
 
-def _start_results(manifest: BundleManifest, probe: Probe, runs: int, warmup: int,
-                   checks: int, isolation: str, baseline: str) -> BundleResults:
+def _start_results(manifest: BundleManifest, probe: Probe,
+                   settings: dict[str, Any]) -> BundleResults:
     env = probe.environment
     return BundleResults(
         bundle_id=manifest.bundle_id, run_id=str(uuid.uuid4()), device=str(env.get("device", "")),
         driver=str(env.get("driver", "")), cuda=str(env.get("cuda", "")),
-        torch=str(env.get("torch", "")), started_at=utc_now(),
-        settings={"runs": runs, "warmup": warmup, "checks": checks, "isolation": isolation,
-                  "baseline": baseline if isolation == "worker" else "paired"},
+        torch=str(env.get("torch", "")), started_at=utc_now(), settings=dict(settings),
         environment=env,
     )
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """What one GPU's measuring worker did in one :func:`measure_bundle` call."""
+
+    gpu: int | None  # the device index (None: this process's default device)
+    candidates: int  # measured (any status)
+    measuring_s: float  # inside the measurer's measure() calls: the GPU worker busy
+    setup_s: float  # starting its first worker and timing the baseline
+    wall_s: float  # the whole call's measuring phase, every GPU's
+    stopped: str | None = None  # why this GPU stopped before the queue was empty
+
+    @property
+    def busy_fraction(self) -> float:
+        return self.measuring_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "busy_fraction": self.busy_fraction}
+
+
+def gpu_name(gpu: int | None) -> str:
+    return "the default GPU" if gpu is None else f"GPU {gpu}"
+
+
+class _Shared:
+    """The state every GPU's thread writes, under one lock: the results (created by the
+    first baseline), the queue of candidates, the view."""
+
+    def __init__(self, bundle: Path, manifest: BundleManifest, results: BundleResults | None,
+                 pending: list[BundleCandidate], view: BundleView, settings: dict[str, Any],
+                 measurers: list[Measurer]) -> None:
+        self.bundle, self.manifest, self.results, self.view = bundle, manifest, results, view
+        self.queue = deque(pending)
+        self.pending = len(pending)
+        self.settings = settings
+        self.measurers = measurers
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.begun = False
+        self.earlier_timings = list(results.baseline_timings) if results else []
+
+    def save(self) -> None:
+        assert self.results is not None
+        key = self.manifest.problem.key
+        self.results.baseline_timings = self.earlier_timings + [
+            b for m in self.measurers for b in m.stats.baselines.get(key, [])]
+        write_results(self.bundle, self.results)
+
+    def started(self, probe: Probe, gpu: int | None) -> None:
+        """A GPU's baseline is timed: results begun (or resumed), its baseline recorded."""
+        with self.lock:
+            s, base = self.settings, probe.baseline
+            self.view.baseline(base, Limits.for_candidate(base.median_us, s["runs"],
+                                                          s["warmup"], s["checks"]),
+                               s["isolation"], s["baseline"], gpu=gpu)
+            if self.results is None:
+                self.results = _start_results(self.manifest, probe, s)
+            elif self.results.device and self.results.device != base.device:
+                self.view.resuming(self.results, base.device)
+            self.results.baselines.append(base)
+            self.save()
+            if not self.begun:
+                self.begun = True
+                self.view.begin(self.pending)
+
+    def take(self) -> BundleCandidate | None:
+        with self.lock:
+            if self.stop.is_set() or not self.queue:
+                return None
+            candidate = self.queue.popleft()
+            self.view.start(candidate.genome_hash)
+            return candidate
+
+    def put_back(self, candidate: BundleCandidate) -> None:
+        with self.lock:
+            self.queue.appendleft(candidate)
+
+    def record(self, candidate: BundleCandidate, measured: Measurement, pid: int | None) -> None:
+        with self.lock:
+            assert self.results is not None
+            self.results.measurements.append(finite_figures(measured))
+            self.results.measured_files[candidate.genome_hash] = dict(candidate.files)
+            self.save()
+            self.view.measured(measured, pid)
+
+
+def _measure_share(shared: _Shared, measurer: Measurer, gpu: int | None,
+                   wall_start: float) -> GpuShare:
+    """One GPU's worker: its baseline, then candidates from the shared queue until it is
+    empty (or this GPU cannot measure any more)."""
+    problem = shared.manifest.problem
+    start = time.monotonic()
+    try:
+        probe = measurer.probe(problem)
+    except MeasureError as exc:
+        why = str(exc) if gpu is None else f"{gpu_name(gpu)}: {exc}"
+        with shared.lock:
+            shared.view.cannot_measure(why, started=False)
+        return GpuShare(gpu, 0, 0.0, time.monotonic() - start, 0.0, why)
+    setup_s = time.monotonic() - start
+    shared.started(probe, gpu)
+    measured_n, busy, stopped = 0, 0.0, None
+    while (candidate := shared.take()) is not None:
+        began = time.monotonic()
+        try:
+            measured = measurer.measure(shared.bundle / candidate.artifact,
+                                        candidate.genome_hash, problem)
+        except MeasureError as exc:
+            shared.put_back(candidate)  # another GPU may still measure it
+            stopped = str(exc) if gpu is None else f"{gpu_name(gpu)}: {exc}"
+            with shared.lock:
+                shared.view.cannot_measure(stopped, started=True)
+            break
+        finally:
+            busy += time.monotonic() - began
+        measured_n += 1
+        shared.record(candidate, measured, measurer.last_pid)
+    if stopped is None and not shared.stop.is_set():
+        measurer.finish_problem(problem)
+    return GpuShare(gpu, measured_n, busy, setup_s, time.monotonic() - wall_start, stopped)
+
+
+def _run_threads(shared: _Shared, measurers: list[Measurer],
+                 gpus: tuple[int | None, ...], wall_start: float) -> list[GpuShare]:
+    """Every GPU's worker in a thread of its own (each supervises its own measuring child; the
+    threads mostly wait on their children's pipes)."""
+    shares: list[GpuShare | None] = [None] * len(gpus)
+    errors: list[BaseException] = []
+
+    def run(slot: int) -> None:
+        try:
+            shares[slot] = _measure_share(shared, measurers[slot], gpus[slot], wall_start)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            errors.append(exc)
+            shared.stop.set()
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"tsopt-{gpu_name(g)}", daemon=True)
+               for i, g in enumerate(gpus)]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)
+    except KeyboardInterrupt:
+        # Each GPU finishes the candidate it holds (its result is saved), then stops.
+        shared.stop.set()
+        for thread in threads:
+            thread.join()
+        raise
+    if errors:
+        raise errors[0]
+    return [s for s in shares if s is not None]
 
 
 def measure_bundle(
@@ -179,7 +369,7 @@ def measure_bundle(
     checks: int = 2, gpu: int | None = None, *,
     isolation: str = "worker", max_candidates: int = WORKER_MAX_CANDIDATES,
     baseline: str = "once", rebaseline_every: int = REBASELINE_EVERY,
-    view: BundleView | None = None,
+    view: BundleView | None = None, gpus: int | None = None,
 ) -> int:
     """Measure a bundle's unmeasured candidates, writing results.json; returns the exit code.
 
@@ -190,10 +380,18 @@ def measure_bundle(
     (one per candidate); ``baseline``: ``"once"`` (the vendor timed per problem and worker,
     again every ``rebaseline_every`` candidates and at the end; the default) or ``"paired"``
     (timed after each candidate); see tsopt.workers.worker_measurer.
+
+    ``gpus``: how many GPUs measure (None: every one this process sees; see
+    tsopt.workers.gpus), one measuring worker each, pinned to its GPU, taking the next
+    candidate when it is free; every result goes into the one results.json as it comes, and
+    names its GPU (``conditions["gpu"]``). A GPU that cannot measure stops; the others measure
+    the rest. ``gpu``: measure on this one device only.
     """
     view = view or BundleView()
     check_options(runs, warmup, limit, checks, isolation, max_candidates, rebaseline_every,
                   baseline)
+    if gpu is not None and gpus not in (None, 1):
+        raise UserInputError(f"--gpu {gpu} names one GPU; --gpus {gpus} asks for several")
     bundle = Path(bundle)
     manifest = read_manifest(bundle)  # every artifact file against its sha256
     try:
@@ -207,53 +405,32 @@ def measure_bundle(
     view.plan(bundle, manifest, len(selected), len(pending))
     if not pending:
         return 0
+    devices = (gpu,) if gpu is not None else measuring_gpus(gpus)
 
-    problem = manifest.problem
-    code = 0
-    with open_measurer(isolation, runs, warmup, checks, gpu, max_candidates=max_candidates,
-                       baseline=baseline, rebaseline_every=rebaseline_every,
-                       log=view.note) as measurer:
+    settings: dict[str, Any] = {
+        "runs": runs, "warmup": warmup, "checks": checks, "isolation": isolation,
+        "baseline": baseline if isolation == "worker" else "paired"}
+    if len(devices) > 1:
+        settings["gpus"] = len(devices)
+    with ExitStack() as stack:
+        measurers = [stack.enter_context(open_measurer(
+            isolation, runs, warmup, checks, device, max_candidates=max_candidates,
+            baseline=baseline, rebaseline_every=rebaseline_every, log=view.note))
+            for device in devices]
+        shared = _Shared(bundle, manifest, results, pending, view, settings, measurers)
+        wall_start = time.monotonic()
         try:
-            probe = measurer.probe(problem)
-        except MeasureError as exc:
-            view.cannot_measure(str(exc), started=False)
-            return 1
-        base = probe.baseline
-        view.baseline(base, Limits.for_candidate(base.median_us, runs, warmup, checks),
-                      isolation, baseline if isolation == "worker" else "paired")
-        if results is None:
-            results = _start_results(manifest, probe, runs, warmup, checks, isolation,
-                                     baseline)
-        elif results.device and results.device != base.device:
-            view.resuming(results, base.device)
-        run = results
-        run.baselines.append(base)
-        earlier_timings = list(run.baseline_timings)
-
-        def save() -> None:
-            run.baseline_timings = earlier_timings + measurer.stats.baselines.get(problem.key, [])
-            write_results(bundle, run)
-
-        save()
-        view.begin(len(pending))
-        try:
-            for candidate in pending:
-                view.start(candidate.genome_hash)
-                try:
-                    measured = measurer.measure(bundle / candidate.artifact,
-                                                candidate.genome_hash, problem)
-                except MeasureError as exc:
-                    view.cannot_measure(str(exc), started=True)
-                    code = 1
-                    break
-                run.measurements.append(finite_figures(measured))
-                run.measured_files[candidate.genome_hash] = dict(candidate.files)
-                save()
-                view.measured(measured, measurer.last_pid)
+            if len(devices) == 1:  # in this thread: a Ctrl-C stops it where it is
+                shares = [_measure_share(shared, measurers[0], devices[0], wall_start)]
+            else:
+                shares = _run_threads(shared, measurers, devices, wall_start)
         finally:
-            view.end()
-        if code == 0:
-            measurer.finish_problem(problem)
-    save()
-    view.finished(bundle, run, measurer.stats)
-    return code
+            if shared.begun:
+                view.end()
+    if shared.results is None:
+        return 1  # no GPU could time the baseline: nothing was measured
+    shared.save()
+    stats = MeasureStats.merged([m.stats for m in measurers])
+    view.shares(shares)
+    view.finished(bundle, shared.results, stats)
+    return 1 if shared.queue else 0

@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,27 @@ class MeasureStats:
     # with candidates, by problem key
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
+
+    @classmethod
+    def merged(cls, parts: Sequence[MeasureStats]) -> MeasureStats:
+        """The stats of several GPUs' measurers taken together, over the span of all of them
+        (so that candidates per second is the machine's rate)."""
+        total = cls(parts[0].isolation if parts else "")
+        for part in parts:
+            total.processes += part.processes
+            total.replaced += part.replaced
+            total.recycled += part.recycled
+            total.startup_seconds += part.startup_seconds
+            total.candidate_seconds += part.candidate_seconds
+            for key, timings in part.baselines.items():
+                total.baselines.setdefault(key, []).extend(timings)
+            for key, medians in part.paired_us.items():
+                total.paired_us.setdefault(key, []).extend(medians)
+        if parts:
+            total.started = min(p.started for p in parts)
+            ends = [p.ended for p in parts]
+            total.ended = None if None in ends else max(e for e in ends if e is not None)
+        return total
 
     @property
     def seconds(self) -> float:
@@ -129,6 +150,9 @@ class Measurer:
         self.stats = MeasureStats(self.isolation)
         self.probes: dict[str, Probe] = {}  # the first baseline timing of each problem
         self.last_pid: int | None = None  # the process that measured the last candidate
+        # The GPU a measurement names (conditions["gpu"]): ``gpu`` unless the caller numbers
+        # its GPUs otherwise (a Ray actor, whose device Ray chose); None: not named.
+        self.gpu_label: int | None = gpu
 
     def probe(self, problem: Problem) -> Probe:
         raise NotImplementedError
@@ -138,6 +162,9 @@ class Measurer:
 
     def measure(self, artifact_dir: Path, genome_hash: str, problem: Problem) -> Measurement:
         measured = self._measure(Path(artifact_dir), genome_hash, problem)
+        if self.gpu_label is not None:
+            measured = replace(measured, conditions={**measured.conditions,
+                                                     "gpu": self.gpu_label})
         self.stats.candidate_seconds.append(measured.seconds)
         if self.paired and measured.baseline_median_us is not None:
             self.stats.paired_us.setdefault(problem.key, []).append(measured.baseline_median_us)

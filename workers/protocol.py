@@ -169,10 +169,13 @@ class EventReader:
             if self.closed:
                 return EOF
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return TIMEOUT
-            ready, _, _ = select.select([self.fd], [], [], remaining)
+            # Past the deadline, one last look without waiting: a parent thread kept from
+            # running (several GPUs' watchdogs in one process) must not call a report that
+            # arrived in time a hang.
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, remaining))
             if not ready:
+                if remaining <= 0:
+                    return TIMEOUT
                 continue
             chunk = os.read(self.fd, 65536)
             if not chunk:  # the child closed the pipe: it exited (or is exiting)

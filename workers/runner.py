@@ -36,6 +36,7 @@ from tsopt.workers import device
 from tsopt.workers.bundle_measure import measure_bundle
 from tsopt.workers.candidate import MIN_RUNS, failure_report, measure_artifact, time_baseline
 from tsopt.workers.faults import KernelFault, fault_from_torch
+from tsopt.workers.gpus import parse_gpus
 from tsopt.workers.measure import ISOLATIONS, measure_artifacts
 from tsopt.workers.measurer import MeasureError
 from tsopt.workers.measuring_worker import MeasuringWorker
@@ -144,6 +145,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checks", type=int, default=2)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--gpu", type=int, default=None, help="the GPU index to use")
+    p.add_argument("--gpus", default="all",
+                   help="with --bundle: GPUs to measure on, one worker each: N or all")
     p.add_argument("--isolation", choices=ISOLATIONS, default="worker",
                    help="worker: persistent measuring processes, restarted after any failure "
                    "(default); process: a fresh process per candidate")
@@ -178,8 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    baseline=args.baseline, rebaseline_every=args.rebaseline_every)
     if args.bundle is not None:
         try:
+            gpus = None if args.gpu is not None else parse_gpus(args.gpus)
             return measure_bundle(args.bundle, runs=args.runs, warmup=args.warmup,
-                                  limit=args.limit, checks=args.checks, gpu=args.gpu, **options)
+                                  limit=args.limit, checks=args.checks, gpu=args.gpu, gpus=gpus,
+                                  **options)
         except UserInputError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -57,17 +57,27 @@ def child_env(gpu: int | None = None) -> dict[str, str]:
 
     The runner measures on its process's device 0, and the exported module loader loads the
     cubin onto every visible device, so a child sees only ``gpu`` (default: the first device
-    this process may use) and leaves the machine's other GPUs alone.
+    this process may use) and leaves the machine's other GPUs alone. ``gpu`` counts the devices
+    this process sees, as torch does: under ``CUDA_VISIBLE_DEVICES=5,7`` GPU 1 is device 7.
     """
     env = dict(os.environ)
     root = str(repo_root())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    else:
-        visible = env.get("CUDA_VISIBLE_DEVICES")
-        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[0].strip() if visible is not None else "0"
+    env["CUDA_VISIBLE_DEVICES"] = visible_device(gpu)
     return env
+
+
+def visible_device(gpu: int | None = None) -> str:
+    """What ``CUDA_VISIBLE_DEVICES`` a child measuring on this process's GPU ``gpu`` gets (see
+    :func:`child_env`); "" when this process sees no such device (the child then says so)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    index = 0 if gpu is None else gpu
+    if visible is None:
+        return str(index)
+    # Torch stops reading the list at its first empty entry; so does this.
+    entries = [e.strip() for e in visible.split(",")]
+    entries = entries[:entries.index("")] if "" in entries else entries
+    return entries[index] if 0 <= index < len(entries) else ""
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -71,23 +71,37 @@ def load() -> list[float]:
 # -- sampling and verdicts -----------------------------------------------------------------
 
 
-def sample(space: Any, problem: Any, n: int, seed: int) -> list[Any]:
-    """``n`` distinct genomes from a seeded random sampler over the space's knobs."""
+PROPOSE_CPU: dict[str, float] = {}
+"""CPU seconds spent proposing (repairs and their factor verdicts included), per space."""
+
+
+def sample(space: Any, problem: Any, n: int, seed: int, raw: bool = False) -> list[Any]:
+    """``n`` distinct genomes from a seeded random sampler over the space's knobs, proposed as
+    the driver proposes them (``tsopt.search.proposals.Proposer``: repaired into the space's
+    declared legal set), or as the sampler drew them with ``raw``. The proposing CPU goes to
+    :data:`PROPOSE_CPU` (its own verdict cache: the first study's cold start)."""
     import optuna
 
+    from tsopt.search.proposals import Proposer
     from tsopt.search.samplers import KnobView
+    from tsopt.verify.verifier import VerdictCache, judge_for
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     view = KnobView.of(space, problem, "random")
+    proposer = Proposer(space, problem, view, judge_for(space, VerdictCache()))
+    if raw:
+        proposer.factors = ()
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     genomes: dict[str, Any] = {}
+    cpu = time.process_time()
     for _ in range(n * 3):
         trial = study.ask()
-        genome = space.suggest(view.wrap(trial), problem)
+        genome = proposer.propose(trial).genome
         study.tell(trial, 0.0)
         genomes.setdefault(genome.hash, genome)
         if len(genomes) == n:
             break
+    PROPOSE_CPU[space.name] = PROPOSE_CPU.get(space.name, 0.0) + time.process_time() - cpu
     return list(genomes.values())
 
 
@@ -157,7 +171,9 @@ def ray_builds(space_name: str, problem: Any, genomes: list[Any], warmups: list[
                     genome = queue.pop(0)
                     pool.submit(genome.hash, EvaluateRequest(
                         target, genome.to_json(), problem.to_dict(), ARCH, str(cache)))
-                done += [result for _, result in pool.poll(0.05)]
+                # The pool hands back BuildDone records (tag, evaluation or failure).
+                done += [d.evaluation if d.evaluation is not None else (d.failure or "no "
+                         "evaluation") for d in pool.poll(0.05)]
             return time.perf_counter() - t, done
 
         warm_s, warm = run(warmups[:workers])
@@ -255,12 +271,14 @@ def breakdown(space_name: str, verdict: dict[str, Any], builds: dict[str, Any],
         "link_s": builds["link_s"]["median"],
     }
     per_valid = verdict["genomes"] / max(1, verdict["valid"])
-    # CPU seconds per built candidate in a long run: the verdicts of the rejected ones it takes
-    # to find it (random sampling of the space's knobs) + its own build; start-up is paid once
-    # per worker process, not per candidate.
-    cpu_per_built = (verdict["cold_cpu_seconds"]["mean"] * per_valid + compile_s
+    propose_s = verdict.get("propose_cpu_s", 0.0) / max(1, verdict["genomes"])
+    # CPU seconds per built candidate in a long run: proposing and verifying the genomes it
+    # takes to find a valid one (random sampling of the space's knobs, repaired into the legal
+    # set) + its own build; start-up is paid once per worker process, not per candidate.
+    cpu_per_built = ((verdict["cold_cpu_seconds"]["mean"] + propose_s) * per_valid + compile_s
                      + parts["export_s"] + parts["link_s"])
     out: dict[str, Any] = {"parts_median_s": parts, "genomes_verified_per_valid": per_valid,
+                           "propose_cpu_s_per_genome": propose_s,
                            "cpu_s_per_built_candidate": cpu_per_built}
     if gpu_s:
         out["gpu_s_per_candidate"] = gpu_s
@@ -308,8 +326,9 @@ def markdown(doc: dict[str, Any]) -> str:
                      f"{p['host_verification_s']:.3f} | {p['trace_s']:.2f} | "
                      f"{p['codegen_s']:.2f} | {p['export_s']:.2f} | {p['link_s']:.2f} | "
                      f"{s['breakdown']['cpu_s_per_built_candidate']:.2f} |")
-    lines += ["", "\\* mean cold verdict x genomes verified per valid one (random sampling) + "
-              "compile + export + link; process start is paid once per worker.", ""]
+    lines += ["", "\\* (mean cold verdict + proposing CPU per genome) x genomes verified per "
+              "valid one (random sampling, repaired into the legal set unless --raw) + compile + "
+              "export + link; process start is paid once per worker.", ""]
     gpu = [(n, s["breakdown"]) for n, s in doc["spaces"].items()
            if "cpu_workers_per_gpu" in s["breakdown"]]
     if gpu:
@@ -335,6 +354,8 @@ def main() -> None:
                         "seed's placement")
     parser.add_argument("--builds", type=int, default=6, help="candidates built per config")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--raw", action="store_true",
+                        help="genomes as the sampler drew them, not repaired into the legal set")
     parser.add_argument("--gpu-seconds", action="append", default=[], metavar="SPACE=S",
                         help="GPU seconds per measured candidate of a space, from the runner's "
                         "logs, e.g. gemm=0.21 (repeatable)")
@@ -360,11 +381,14 @@ def main() -> None:
             problem = problem_for(PROBLEMS[name], name)
             count = args.verdicts if name != "copy" else args.copy_verdicts
             print(f"[{name}] verdicts on {count} sampled genomes ...", flush=True)
-            full = verdicts(space, problem, sample(space, problem, count, args.seed))
+            full = verdicts(space, problem, sample(space, problem, count, args.seed, args.raw))
+            full["propose_cpu_s"] = PROPOSE_CPU.get(name, 0.0)
             valid = full.pop("_valid")
             verdict = full
-            extra = [g for g in sample(space, problem, 4 * count, args.seed + 1)
-                     if g.hash not in {v.hash for v in valid}]
+            # Only when too few are valid for the builds; its proposing is not counted.
+            extra = [] if len(valid) >= args.builds + 2 else [
+                g for g in sample(space, problem, 4 * count, args.seed + 1, args.raw)
+                if g.hash not in {v.hash for v in valid}]
             if len(valid) < args.builds + 2:  # top up with more valid genomes for the builds
                 from tsopt.verify.verifier import VerdictCache, verify_genome
 
@@ -375,6 +399,12 @@ def main() -> None:
                     if len(valid) >= args.builds + 2:
                         break
             build_set, warmups = valid[:args.builds], valid[args.builds:args.builds + 2]
+            # The verdicts are kept before the builds (which need Ray): a failed build phase
+            # does not lose them.
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "driver_scale.partial.json").write_text(
+                json.dumps({"command": command, "space": name, "verdicts": verdict},
+                           indent=2, default=str) + "\n")
             print(f"[{name}] {verdict['cold_verdicts_per_s']:.1f} verdicts/s; building "
                   f"{len(build_set)} with 1 and 2 Ray workers ...", flush=True)
             builds = [ray_builds(name, problem, build_set, warmups, w, scratch) for w in (1, 2)]

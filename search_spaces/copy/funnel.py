@@ -38,7 +38,7 @@ from typing import Any
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
 from tsopt.core.records import Verdict
-from tsopt.core.space import FunnelCount, Judge, Progress
+from tsopt.core.space import Factor, FunnelCount, Judge, Progress
 from tsopt.search_spaces.common import screen_cache
 from tsopt.search_spaces.common.placement import PLACEMENT_RULES
 from tsopt.search_spaces.common.screen_cache import ScreenKey, sources_digest
@@ -279,3 +279,101 @@ def copy_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress |
         draw=draw,
         predicted=predicted,
     )
+
+
+# -- proposals drawn inside the legal set ---------------------------------------------------
+
+
+def copy_factors(space: Any, problem: Problem, judge: Judge) -> tuple[Factor, ...]:
+    """The funnel's factorisation as proposals use it (``SearchSpace.proposal_factors``), in
+    the order a proposal is decided; TS verdicts from ``judge`` on the funnel's canonical
+    genomes, memoised here per factor value:
+
+    1. ``load``: advance_on_wait and the load placement next to the canonical store task;
+    2. ``store``: the store placement next to the canonical load task, for that setting;
+    3. ``depth``: stages and persistence for the two placements (the joint schedule; a
+       persistent one iff the canonical schedule is valid persistent at those stages), and
+       no stage-identity hazard;
+    4. ``layout``: warps and registers with the canonical schedule (TS and the layout rules);
+    5. ``rest``: every other knob (box, chunk, vector, raster, CTAs per SM, genes added
+       later), given all the above: tsopt's checks pass on the genome itself.
+    """
+    knob_names = [k.name for k in space.knobs(problem)]
+    decided = {"advance_on_wait", "load.placement", "store.placement", "stages", "persistent",
+               "layout"}
+    rest_knobs = tuple(n for n in knob_names if n not in decided)
+    ctas = max(config.NUMERIC_CHOICES["ctas_per_sm"])
+    memo: dict[Any, bool] = {}
+
+    def remembered(key: Any, decide: Any) -> bool:
+        if key not in memo:
+            memo[key] = bool(decide())
+        return memo[key]
+
+    def task_ok(task: str, params: Any) -> bool:
+        aow = bool(params["advance_on_wait"])
+        placement = config.parse_placement_name(str(params[f"{task}.placement"]))
+
+        def decide() -> bool:
+            verdict = judge(space.genome(**{task: placement}, advance_on_wait=aow), problem)
+            return _ts_ok(verdict) or verdict.rule in JOINT_RULES
+        return remembered((task, aow, placement), decide)
+
+    def depth_ok(params: Any) -> bool:
+        aow, persistent, stages = (bool(params["advance_on_wait"]), bool(params["persistent"]),
+                                   int(params["stages"]))
+        load = config.parse_placement_name(str(params["load.placement"]))
+        store = config.parse_placement_name(str(params["store.placement"]))
+
+        def joint() -> bool:
+            genome = space.genome(load, store, advance_on_wait=aow, stages=stages)
+            if not _ts_ok(judge(genome, problem)):
+                return False
+            return not [f for f in copy_checks(config.config_of(genome, problem))
+                        if f.rule == "tsopt.stage_identity"]
+
+        def persistent_ok() -> bool:
+            return _ts_ok(judge(space.genome(advance_on_wait=aow, persistent=True,
+                                             ctas_per_sm=ctas, stages=stages), problem))
+        return (remembered(("joint", load, store, aow, stages), joint)
+                and (not persistent or remembered(("persistent", aow, stages), persistent_ok)))
+
+    def layout_ok(params: Any) -> bool:
+        genes = config.parse_layout_name(str(params["layout"]))
+
+        def decide() -> bool:
+            genome = space.genome(**genes)
+            return _ts_ok(judge(genome, problem)) and not [
+                f for f in copy_checks(config.config_of(genome, problem))
+                if f.rule in LAYOUT_RULES]
+        return remembered(("layout", str(params["layout"])), decide)
+
+    def rest_ok(params: Any) -> bool:
+        genome = proposal_genome(space, params)
+        return not space.tsopt_checks(genome, problem)
+
+    return (
+        Factor("load", ("advance_on_wait", "load.placement"), lambda p: task_ok("load", p),
+               "load placement next to the canonical store task (TS)"),
+        Factor("store", ("store.placement",), lambda p: task_ok("store", p),
+               "store placement next to the canonical load task (TS)"),
+        Factor("depth", ("stages", "persistent"), depth_ok,
+               "the joint schedule at these stages (TS), persistence, stage identity"),
+        Factor("layout", ("layout",), layout_ok, "warps and registers (TS, layout rules)"),
+        Factor("rest", rest_knobs, rest_ok, "tsopt's checks on the genome itself"),
+    )
+
+
+def proposal_genome(space: Any, params: Any) -> Genome:
+    """The genome of sampler params, as ``suggest`` builds it (CTAs per SM only when
+    persistent; when not asked yet, the least)."""
+    values = dict(params)
+    load = config.parse_placement_name(str(values.pop("load.placement")))
+    store = config.parse_placement_name(str(values.pop("store.placement")))
+    values.update(config.parse_layout_name(str(values.pop("layout"))))
+    if values.get("persistent"):
+        values.setdefault("ctas_per_sm", min(c for c in config.NUMERIC_CHOICES["ctas_per_sm"]
+                                             if c > 0))
+    else:
+        values["ctas_per_sm"] = 0
+    return space.genome(load, store, **values)

@@ -21,6 +21,7 @@ from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, ProblemError
 from tsopt.core.space import (
     Enumeration,
+    Factor,
     Finding,
     FunnelCount,
     Judge,
@@ -53,7 +54,7 @@ from tsopt.search_spaces.copy.config import (
     placement_of,
 )
 from tsopt.search_spaces.copy.export import export_source
-from tsopt.search_spaces.copy.funnel import compute_screens, copy_funnel, screen_key
+from tsopt.search_spaces.copy.funnel import compute_screens, copy_factors, copy_funnel, screen_key
 from tsopt.search_spaces.copy.kernel import PRIMARY_OP, build_task_manager, make_kernel
 
 SCREEN_FILE = Path(__file__).with_name("data") / "copy_screened.json"
@@ -284,6 +285,10 @@ class CopySpace(SearchSpace):
         """The funnel by factorised verification (see ``funnel.py``)."""
         return copy_funnel(self, problem, judge, progress)
 
+    def proposal_factors(self, problem: Problem, judge: Judge) -> tuple[Factor, ...]:
+        """The funnel's factorisation, for proposals drawn inside it (see ``funnel.py``)."""
+        return copy_factors(self, problem, judge)
+
     def suggest(self, trial: Any, problem: Problem) -> Genome:
         genes: dict[str, Any] = {}
         for knob in self.knobs(problem):
@@ -372,6 +377,15 @@ class CopySpace(SearchSpace):
                 cfg.planted,
             )
         )
+
+    def ts_schedule_key(self, genome: Genome, problem: Problem) -> str:
+        """The verdict key less the register budgets, which the exhaustive checker never
+        reads (SMEM overlaps are keyed by the verifier itself)."""
+        cfg = config_of(genome, problem)
+        ts = {name: genome[name] for name in config.TS_KEY_GENES
+              if name not in ("load_regs", "store_regs")}
+        return repr((cfg.load_ops, cfg.store_ops, cfg.advance_on_wait, cfg.persistent,
+                     sorted(ts.items()), cfg.planted))
 
     # -- build -----------------------------------------------------------------------
     def source_modules(self) -> tuple[str, ...]:

@@ -34,13 +34,15 @@ written). Everything else here is resource feasibility TS does not judge, and th
 shape rules of the instructions the kernel issues (:func:`shape_findings`):
 ``tsopt.wgmma_n`` and ``tsopt.wgmma_k`` (the wgmma each consumer warpgroup issues),
 ``tsopt.tma_box`` (the TMA boxes of A and B), ``tsopt.epilogue_coverage`` (the epilogue
-writes every column of the tile) and ``tsopt.cluster_size`` (a portable cluster).
+writes every column of the tile) and ``tsopt.cluster_size`` (a portable cluster); and one
+rule of the problem's geometry, ``tsopt.unit_extent`` (:func:`unit_extent_findings`: an
+operand with a single row).
 """
 
 from __future__ import annotations
 
 from tsopt.core.space import Finding
-from tsopt.search_spaces.gemm.config import EPI_COLS, SMEM_CAPACITY, GemmConfig
+from tsopt.search_spaces.gemm.config import SMEM_CAPACITY, GemmConfig
 
 WGMMA_N = (8, 256, 8)
 """Hopper wgmma N for 16-bit inputs (bf16, fp16): from 8 to 256 in steps of 8 (the DSL's
@@ -173,8 +175,10 @@ def shape_findings(cfg: GemmConfig) -> list[Finding]:
       beyond 256 into more boxes by itself), so ``tile_k`` x element bytes must be a multiple
       of 16.
     - ``tsopt.epilogue_coverage``: both epilogues (``direct`` and ``tma_store``) drain the
-      accumulator in ``tile_n // 64`` subtiles of 64 columns; any other ``tile_n`` leaves
-      the last columns of every tile unwritten (and misplaces the TMA store's boxes).
+      accumulator in subtiles of ``cfg.epi_cols`` columns (64, or the widest of 32, 16
+      dividing ``tile_n``); a ``tile_n`` no subtile width divides (an odd multiple of 8:
+      an 8-column TMA store box aborts the DSL compiler) would leave the last columns of every
+      tile unwritten.
     - ``tsopt.cluster_size``: at most 8 CTAs (the portable cluster size).
     """
     findings: list[Finding] = []
@@ -199,29 +203,100 @@ def shape_findings(cfg: GemmConfig) -> list[Finding]:
             f"{cfg.tile_k // WGMMA_K} wgmma of a K slice multiply {cfg.tile_k // WGMMA_K * WGMMA_K} "
             f"of its {cfg.tile_k} columns and skip the rest",
         ))
-    if cfg.tile_n % EPI_COLS:
-        written = cfg.epi_subtiles * EPI_COLS
+    if cfg.epi_subtiles * cfg.epi_cols != cfg.tile_n:
+        written = cfg.epi_subtiles * cfg.epi_cols
         wrote = (f"writes {cfg.epi_subtiles} subtile(s), columns 0..{written - 1}, and leaves"
                  if written else "writes no subtile and leaves")
         findings.append(Finding(
             "tsopt.epilogue_coverage",
-            f"tile_n={cfg.tile_n} is not a multiple of the epilogue's {EPI_COLS}-column subtile: "
+            f"tile_n={cfg.tile_n} is not a multiple of the epilogue's {cfg.epi_cols}-column subtile: "
             f"the {cfg.epilogue} epilogue {wrote} columns {written}..{cfg.tile_n - 1} of every "
             "tile unwritten",
         ))
     if cfg.cluster_size > PORTABLE_CLUSTER:
         findings.append(Finding(
             "tsopt.cluster_size",
-            f"cluster={cfg.cluster_m}x{cfg.cluster_n} has {cfg.cluster_size} CTAs: more than the "
+            f"cluster={cfg.cluster_m}x{cfg.cluster_n} (x split_k={cfg.split_k}) has "
+            f"{cfg.cluster_size} CTAs: more than the "
             f"portable {PORTABLE_CLUSTER}, and no knob of this space opts in to non-portable "
             "cluster sizes (the launch would need cudaFuncAttributeNonPortableClusterSizeAllowed)",
         ))
     return findings
 
 
+def split_k_findings(cfg: GemmConfig) -> list[Finding]:
+    """``tsopt.split_k``: what can be checked statically of the split-K reduction, which TS
+    does not model (its barriers are not TS resources: a cross-CTA handshake after the K loop).
+
+    The protocol (``Accumulator.reduce_split``): the ``split_k`` CTAs of one output tile form
+    a cluster along z; split s > 0 writes its fp32 partial into its own SMEM buffer, arrives
+    once per thread on split 0's ``ready`` barrier (count ``(split_k - 1) x 128``) and waits
+    on its own ``done`` barrier (count 128); split 0 waits on ``ready``, adds the peers'
+    partials through DSMEM in split order (deterministic), arrives on every peer's ``done``
+    and alone stores D. This rule checks the geometry the protocol assumes:
+
+    - one tile per CTA (``persistent`` False): each barrier completes one phase only, and the
+      waits are on phase 0;
+    - no multicast cluster (``cluster`` 1x1): the cluster's z extent is the split, and the
+      TMA multicast masks and the pipelines' release targets assume a 2-D cluster;
+    - at most 8 CTAs in the cluster (``tsopt.cluster_size`` counts the splits too);
+    - every split has a K slice of its own: ``split_k <= `` K slices, and the last split
+      starts inside K (a split past the end would only add zeros);
+    - the exchange buffers' SMEM is counted by TS's own budget check (``ts.smem``).
+
+    Not checked (no static handle): that the ``ready``/``done`` counts match the arrivals at
+    run time (they are written from the same ``split_k`` and warpgroup size), the memory
+    ordering of the DSMEM reads (release/acquire at cluster scope, by construction)."""
+    if cfg.split_k == 1:
+        return []
+    problems = []
+    if cfg.persistent:
+        problems.append("a persistent tile loop (its barriers complete one phase: one tile "
+                        "per CTA)")
+    if (cfg.cluster_m, cfg.cluster_n) != (1, 1):
+        problems.append(f"cluster {cfg.cluster_m}x{cfg.cluster_n} (the splits take the "
+                        "cluster's z extent; multicast needs 1x1)")
+    if cfg.split_k > cfg.k_tiles or (cfg.split_k - 1) * cfg.split_tiles >= cfg.k_tiles:
+        problems.append(f"{cfg.k_tiles} K slice(s) of {cfg.tile_k}: a split would have none")
+    if not problems:
+        return []
+    return [Finding("tsopt.split_k", f"split_k={cfg.split_k} cannot run with "
+                    + "; ".join(problems))]
+
+
+def unit_extent_findings(cfg: GemmConfig) -> list[Finding]:
+    """``tsopt.unit_extent``: a problem with a single row of A and D (M = 1).
+
+    CuTe drops a mode of extent 1 when it builds a TMA descriptor: for a 1 x K operand,
+    ``make_tiled_tma_atom`` returns the coordinate tensor ``(1,K):(0,1@0)``, one TMA
+    dimension (K) with the row mode at stride 0, where 2 x K gives ``(2,K):(1@1,1@0)``. The
+    kernel's loads address 2-D boxes of ``tile_m`` (``tile_n``) rows through it; on an H200
+    every one of the 12 verifier-valid M = 1 pairs of the property test
+    (``bench/gemm_property``) died with CUDA error 715 (illegal instruction), whatever the
+    tile, split_k or epilogue. The extents are the kernel's (``cfg.m``, ``cfg.n``): with
+    ``swap_ab`` the problem's M is the kernel's N (its B operand and D's columns), which
+    builds the same 1-row descriptor (2 of the 12 crashes were swapped). N and K are
+    multiples of 8 (``tsopt.alignment``)."""
+    findings = []
+    for mode, extent, operand in (("M", cfg.m, "A"), ("N", cfg.n, "B")):
+        if extent != 1:
+            continue
+        dim = {"M": "N", "N": "M"}[mode] if cfg.swap_ab else mode
+        swapped = f" (the kernel's {mode}: swap_ab)" if cfg.swap_ab else ""
+        findings.append(Finding(
+            "tsopt.unit_extent",
+            f"{dim}=1{swapped}: the kernel's {operand} operand has a single row, and CuTe drops "
+            f"an extent-1 mode from its TMA descriptor (coordinates (1,K):(0,1@0), one "
+            f"dimension) while the kernel loads {cfg.tile_m if mode == 'M' else cfg.tile_n}-row "
+            f"2-D boxes: an illegal instruction on the GPU (CUDA error 715); use {dim} >= 2 "
+            "(e.g. pad with a zero row)",
+        ))
+    return findings
+
+
 def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
     """All of tsopt's own checks for one configuration; empty when it may be built."""
-    k = k_tiles if k_tiles is not None else cfg.k_tiles
+    k = k_tiles if k_tiles is not None else cfg.split_tiles
     findings = async_consumer_findings(cfg, k) + producer_findings(cfg, k)
     if any(op == "commit" for op, sec in cfg.load_ops if sec == "tail"):
         findings.append(Finding(
@@ -230,11 +305,12 @@ def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
             "commit would signal the wrong stage",
         ))
     for task in ("load", "mma"):
-        if cfg.head_depth(task) >= cfg.k_tiles:
+        if cfg.head_depth(task) >= cfg.split_tiles:
             findings.append(Finding(
                 "tsopt.domain",
                 f"{task} head holds {cfg.head_depth(task)} K slices but the problem has only "
-                f"{cfg.k_tiles}",
+                f"{cfg.split_tiles}" + (f" per split (split_k={cfg.split_k})" if cfg.split_k > 1
+                                        else ""),
             ))
     if cfg.separate and cfg.consumers == 1:
         findings.append(Finding(
@@ -243,6 +319,8 @@ def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
             "cooperative kernel",
         ))
     findings += shape_findings(cfg)
+    findings += split_k_findings(cfg)
+    findings += unit_extent_findings(cfg)
     if cfg.tile_m % (64 * cfg.mma_warpgroups):
         findings.append(Finding(
             "tsopt.tile_shape",
@@ -273,9 +351,9 @@ def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
                 "tsopt.multicast",
                 f"a {tile}-row {name} slice does not split into {mcast} multicast parts of 8 rows",
             ))
-    if cfg.k % 8 or cfg.n % 8:
+    if cfg.k % 8 or cfg.problem_n % 8:
         findings.append(Finding(
-            "tsopt.alignment", f"K={cfg.k} and N={cfg.n} must be multiples of 8 (16-byte rows)"
+            "tsopt.alignment", f"K={cfg.k} and N={cfg.problem_n} must be multiples of 8 (16-byte rows)"
         ))
     if not cfg.persistent and (cfg.raster != "m" or cfg.swizzle != 1):
         findings.append(Finding(

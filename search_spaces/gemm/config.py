@@ -128,14 +128,15 @@ def placement_dataflow_error(task: str, ops: Sequence[tuple[str, str]]) -> str |
 
 NUMERIC_CHOICES: dict[str, tuple[int, ...]] = {
     "tile_m": (64, 128, 256),
-    "tile_n": (64, 128, 192, 256),
+    "tile_n": (16, 32, 48, 64, 80, 96, 128, 160, 192, 256),
     "tile_k": (32, 64, 128),
-    "stages": (2, 3, 4, 5, 6, 7, 8),
+    "stages": (2, 3, 4, 5, 6, 7, 8, 10, 12),
     "consumers": (1, 2),
     "load_warp": (0, 3),
     "producer_regs": (24, 40, 56),
     "consumer_regs": (160, 200, 232, 240),
     "swizzle": (1, 2, 4, 8),
+    "split_k": (1, 2, 3, 4),
 }
 STRUCTURE_CHOICES: dict[str, tuple[bool | str, ...]] = {
     "advance_on_wait": (True, False),
@@ -145,6 +146,7 @@ STRUCTURE_CHOICES: dict[str, tuple[bool | str, ...]] = {
     "raster": ("m", "n"),
     "epilogue": ("direct", "tma_store"),
     "arrangement": ("cooperative", "separate"),
+    "swap_ab": (False, True),
 }
 KNOB_DOCS = {
     "load.body": "order of the producer's loop body "
@@ -168,6 +170,8 @@ KNOB_DOCS = {
                 "staged through a swizzled SMEM buffer per warpgroup and written by TMA stores",
     "arrangement": "'cooperative': the consumer warpgroups split one tile; 'separate': each "
                    "warpgroup on its own tile, fed by its own producer warp and SMEM pipeline",
+    "swap_ab": "compute Dᵀ = B·Aᵀ (the problem's N on the tile's M side, for a small M); D "
+               "is still written row-major M x N, through swapped strides",
     "tile_m": "tile rows: the CTA's (cooperative) or each warpgroup's own (separate); m64 wgmma "
               "repeats",
     "tile_n": "CTA tile columns = wgmma N",
@@ -178,10 +182,20 @@ KNOB_DOCS = {
     "producer_regs": "register budget of the producer warpgroup (setmaxnreg)",
     "consumer_regs": "register budget of each consumer warpgroup (setmaxnreg)",
     "swizzle": "persistent raster swizzle, in clusters (1: none)",
+    "split_k": "CTAs per output tile, each over 1/split_k of K, in a cluster along z; their fp32 "
+               "partials are summed in a fixed order through distributed SMEM (deterministic)",
 }
-ADDED_GENES: dict[str, str] = {"arrangement": "cooperative"}
+ADDED_GENES: dict[str, Any] = {"arrangement": "cooperative", "swap_ab": False, "split_k": 1}
 """Genes added after studies were recorded, with the value a genome without one means (so
 recorded genomes keep their hash, their verdict and their meaning)."""
+OMITTED_AT_DEFAULT = ("swap_ab", "split_k")
+"""Added genes a genome built by the space leaves out while they hold their default, so the
+genomes it built before they existed (the seed, every recorded study's) keep their hash."""
+
+
+def gene_choices(name: str) -> tuple[Any, ...]:
+    """The choices of a structural or numeric gene."""
+    return STRUCTURE_CHOICES.get(name) or NUMERIC_CHOICES[name]
 
 
 def gene(genome: Genome, name: str) -> object:
@@ -198,9 +212,9 @@ TS_KEY_GENES = ("advance_on_wait", "persistent", "producer_wg", "cluster", "tile
 
 SEED_GENES: dict[str, Any] = {
     "advance_on_wait": True, "persistent": False, "producer_wg": "first", "cluster": "1x1",
-    "raster": "m", "epilogue": "direct", "arrangement": "cooperative",
+    "raster": "m", "epilogue": "direct", "arrangement": "cooperative", "swap_ab": False,
     "tile_m": 128, "tile_n": 256, "tile_k": 64, "stages": 4, "consumers": 2, "load_warp": 0,
-    "producer_regs": 40, "consumer_regs": 232, "swizzle": 1,
+    "producer_regs": 40, "consumer_regs": 232, "swizzle": 1, "split_k": 1,
 }
 SEED_PLACEMENT: dict[str, Any] = {
     "load.body": ",".join(CANONICAL_BODY["load"]), "load.depth": 0, "load.defer": "none",
@@ -233,8 +247,13 @@ def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str) -> Gemm
         return value
 
     cluster_m, cluster_n = parse_cluster(str(genome["cluster"]))
+    swap_ab = bool(gene(genome, "swap_ab"))
+    # Swapped, the kernel computes Dᵀ: its rows are the problem's N, its columns its M.
+    m, n = problem_sizes["m"], problem_sizes["n"]
+    if swap_ab:
+        m, n = n, m
     return GemmConfig(
-        dtype=dtype, m=problem_sizes["m"], n=problem_sizes["n"], k=problem_sizes["k"],
+        dtype=dtype, m=m, n=n, k=problem_sizes["k"],
         tile_m=num("tile_m"), tile_n=num("tile_n"), tile_k=num("tile_k"),
         stages=num("stages"), consumers=num("consumers"), arrangement=str(gene(genome, "arrangement")),
         producer_wg=str(genome["producer_wg"]), load_warp=num("load_warp"),
@@ -245,4 +264,6 @@ def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str) -> Gemm
         advance_on_wait=bool(genome["advance_on_wait"]),
         load_ops=tuple((p.op, p.section) for p in genome.task("load").ops),
         mma_ops=tuple((p.op, p.section) for p in genome.task("mma").ops),
+        swap_ab=swap_ab,
+        split_k=int(gene(genome, "split_k")),  # type: ignore[call-overload]
     )

@@ -87,9 +87,10 @@ def check_on_gpu():
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[CONFIG.dtype]
     tolerance = {"bf16": 1e-2, "fp16": 5e-3}[CONFIG.dtype]
-    a = torch.randn(CONFIG.m, CONFIG.k, device="cuda").to(dtype)
-    b = torch.randn(CONFIG.n, CONFIG.k, device="cuda").to(dtype)
-    d = torch.full((CONFIG.m, CONFIG.n), float("nan"), dtype=dtype, device="cuda")
+    m, n = CONFIG.problem_m, CONFIG.problem_n  # CONFIG.m/n are the kernel's (swap_ab)
+    a = torch.randn(m, CONFIG.k, device="cuda").to(dtype)
+    b = torch.randn(n, CONFIG.k, device="cuda").to(dtype)
+    d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
     compiled = compile_kernel(ARCH)
     stream = cuda_driver.CUstream(torch.cuda.current_stream().cuda_stream)
     compiled(from_dlpack(a, assumed_align=16), from_dlpack(b, assumed_align=16),
@@ -99,7 +100,7 @@ def check_on_gpu():
     unwritten = int(torch.isnan(d).sum().item())
     rel_err = float((d.float() - reference).norm() / reference.norm())
     ok = unwritten == 0 and rel_err < tolerance
-    print(f"{'PASS' if ok else 'FAIL'}: D = A @ B^T ({CONFIG.m}x{CONFIG.n}x{CONFIG.k} "
+    print(f"{'PASS' if ok else 'FAIL'}: D = A @ B^T ({m}x{n}x{CONFIG.k} "
           f"{CONFIG.dtype}), relative error {rel_err:.2e} (limit {tolerance:.0e}), "
           f"{unwritten} elements unwritten")
     return 0 if ok else 1

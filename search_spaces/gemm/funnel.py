@@ -48,7 +48,7 @@ from typing import Any
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
 from tsopt.core.records import Verdict
-from tsopt.core.space import FunnelCount, Judge, Progress
+from tsopt.core.space import Factor, FunnelCount, Judge, Progress
 from tsopt.search_spaces.common import screen_cache
 from tsopt.search_spaces.common.placement import PLACEMENT_RULES
 from tsopt.search_spaces.common.screen_cache import ScreenKey, sources_digest
@@ -75,6 +75,7 @@ from tsopt.search_spaces.gemm.config import (
     mma_key,
     mma_placement,
     parse_cluster,
+    parse_placement_name,
 )
 
 JOINT_RULES = ("ts.deadlock", "ts.race")
@@ -347,3 +348,109 @@ def screen_key(space: Any) -> ScreenKey:
         "drains": DRAINS,
     }
     return screen_cache.screen_key(SPACE, template, params)
+
+
+# -- proposals drawn inside the legal set ---------------------------------------------------
+
+LAYOUT_TSOPT_RULES = ("tsopt.arrangement", "tsopt.cluster_size")
+"""tsopt's rules that judge the layout alone (warpgroups and their arrangement, the cluster)."""
+PLACEMENT_FACTOR_KNOBS = {"load": ("advance_on_wait", "load.placement"), "mma": ("mma.placement",)}
+DEPTH_KNOBS = ("stages", "persistent")
+
+
+def gemm_factors(space: Any, problem: Problem, judge: Judge) -> tuple[Factor, ...]:
+    """The funnel's factorisation as proposals use it (``SearchSpace.proposal_factors``), in
+    the order a proposal is decided; every TS verdict from ``judge`` on the funnel's cheap
+    canonical genomes, memoised here per factor value:
+
+    1. ``load``: advance_on_wait and the producer placement, next to the canonical consumer
+       (funnel step 1, layout L0);
+    2. ``mma``: the consumer placement next to the canonical producer, for that
+       advance_on_wait;
+    3. ``depth``: stages and persistence for the two placements (step 3: the joint schedule
+       at L0; persistent iff the canonical schedule is valid persistent there), and no
+       schedule hazard of tsopt's (stage identity, asynchronous consumer);
+    4. ``layout``: warps, registers and cluster with the canonical schedule (step 2);
+    5. ``rest``: every other knob (tiles, epilogue, raster, swizzle, genes added later),
+       given all the above: the genome's SMEM fits and tsopt's checks pass on it.
+    """
+    knob_names = [k.name for k in space.knobs(problem)]
+    layout_knobs = tuple(g for g in LAYOUT_GENES if g in knob_names)
+    decided = {*PLACEMENT_FACTOR_KNOBS["load"], *PLACEMENT_FACTOR_KNOBS["mma"], *DEPTH_KNOBS,
+               *layout_knobs}
+    rest_knobs = tuple(n for n in knob_names if n not in decided)
+    memo: dict[Any, bool] = {}
+
+    def remembered(key: Any, decide: Any) -> bool:
+        if key not in memo:
+            memo[key] = bool(decide())
+        return memo[key]
+
+    def placement(params: Any, task: str) -> Any:
+        return parse_placement_name(task, str(params[f"{task}.placement"]))
+
+    def task_ok(task: str, params: Any) -> bool:
+        aow = bool(params["advance_on_wait"])
+        key = placement(params, task)
+
+        def decide() -> bool:
+            verdict = judge(space.genome(**{task: key}, **_partner(task, aow),
+                                         advance_on_wait=aow, **L0), problem)
+            return _ts_ok(verdict) or verdict.rule in JOINT_RULES
+        return remembered((task, aow, key), decide)
+
+    def depth_ok(params: Any) -> bool:
+        aow, persistent, stages = (bool(params["advance_on_wait"]), bool(params["persistent"]),
+                                   int(params["stages"]))
+        load, mma = placement(params, "load"), placement(params, "mma")
+
+        def joint() -> bool:
+            genome = space.genome(load=load, mma=mma, advance_on_wait=aow, stages=stages, **L0)
+            if not _ts_ok(judge(genome, problem)):
+                return False
+            cfg = space.config(space.genome(load=load, mma=mma, advance_on_wait=aow,
+                                             stages=stages, persistent=persistent), problem)
+            return not (async_consumer_findings(cfg, cfg.k_tiles) or any(
+                f.rule == "tsopt.stage_identity" for f in gemm_checks(cfg)))
+
+        def persistent_ok() -> bool:
+            return _ts_ok(judge(space.genome(advance_on_wait=aow, persistent=True, stages=stages,
+                                             mma=CANONICAL_MMA[aow], **L0), problem))
+        return (remembered(("joint", load, mma, aow, stages, persistent), joint)
+                and (not persistent or remembered(("persistent", aow, stages), persistent_ok)))
+
+    def layout_ok(params: Any) -> bool:
+        genes = {g: params[g] for g in layout_knobs}
+
+        def decide() -> bool:
+            verdict = judge(space.genome(**genes, **LAYOUT_SCREEN_O), problem)
+            if verdict.stage == "tsopt":  # only the rules no tile or schedule can change
+                findings = space.tsopt_checks(space.genome(**genes, **LAYOUT_SCREEN_O), problem)
+                return not any(f.rule in LAYOUT_TSOPT_RULES for f in findings)
+            return _ts_ok(verdict)
+        return remembered(("layout", tuple(genes.items())), decide)
+
+    def rest_ok(params: Any) -> bool:
+        genome = proposal_genome(space, params)
+        cfg = space.config(genome, problem)
+        return cfg.smem_bytes <= SMEM_CAPACITY and not space.tsopt_checks(genome, problem)
+
+    return (
+        Factor("load", PLACEMENT_FACTOR_KNOBS["load"], lambda p: task_ok("load", p),
+               "producer placement next to the canonical consumer (TS at L0)"),
+        Factor("mma", PLACEMENT_FACTOR_KNOBS["mma"], lambda p: task_ok("mma", p),
+               "consumer placement next to the canonical producer (TS at L0)"),
+        Factor("depth", DEPTH_KNOBS, depth_ok,
+               "the joint schedule at these stages (TS at L0), persistence, schedule hazards"),
+        Factor("layout", layout_knobs, layout_ok, "warps, registers, cluster (TS with S0)"),
+        Factor("rest", rest_knobs, rest_ok, "SMEM and tsopt's checks on the genome itself"),
+    )
+
+
+def proposal_genome(space: Any, params: Any) -> Genome:
+    """The genome of sampler params (as ``suggest`` builds it; conditional knobs not asked
+    keep the seed's values)."""
+    values = dict(params)
+    load = parse_placement_name("load", str(values.pop("load.placement")))
+    mma = parse_placement_name("mma", str(values.pop("mma.placement")))
+    return space.genome(load=load, mma=mma, **values)

@@ -42,6 +42,15 @@ Resource/task flow::
     (TileCoords<i>, LoadTask<i> on a second warp of the producer warpgroup,
     SmemAB<i>): the work tile is then ``consumers`` tiles stacked along M.
 
+    Swap-AB (``swap_ab``, for a small M): the host swaps A and B and views the row-major
+    M x N D as the kernel's N x M D with strides (1, N), so the flow above computes
+    Dᵀ = B·Aᵀ unchanged (``cfg.m``/``cfg.n`` are the kernel's extents, the problem's
+    swapped). Split-K (``split_k`` > 1, one tile per CTA, cluster 1x1): the ``split_k``
+    CTAs of an output tile form a cluster along z, each runs the flow above over its own
+    K slices, then MathWG i adds the peers' fp32 partials into Accumulator i through
+    distributed SMEM in split order (``Accumulator.reduce_split``: deterministic) and only
+    split 0 writes OutD i.
+
 The wgmma is asynchronous: ``Accumulator.wgmma`` only *issues* the MMAs of one
 K slice as one commit group, and the SMEM stage they read stays in use until a
 ``warpgroup.wait_group(N)`` retires that group. That wait is modelled in TS as
@@ -104,7 +113,9 @@ WARPGROUP = 4
 """Warps per warpgroup: register budgets (setmaxnreg) apply per warpgroup."""
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
 EPI_COLS = 64
-"""Columns of D one epilogue subtile covers (the accumulator is drained in slabs)."""
+"""Columns of D one epilogue subtile covers (the accumulator is drained in slabs) when
+``tile_n`` is a multiple of it; other tiles use the widest of 32, 16 that divides
+``tile_n`` (:attr:`GemmConfig.epi_cols`)."""
 EPI_BARRIER = 8
 """First named-barrier id of the TMA-store epilogue (one per consumer warpgroup); TS and the
 pipelines use mbarriers and barrier 0 only."""
@@ -112,6 +123,8 @@ PRIMARY_OP = {"load": "tma_load", "mma": "wgmma"}
 """The op that opens one K slice of each task (counted in the head: the loop start)."""
 
 IO_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
+CLUSTER_SCOPE = cutlass._mlir.dialects.nvvm.MemScopeKind.CLUSTER
+"""Memory scope of the split-K barrier arrivals: they hand over DSMEM data between CTAs."""
 ACC_DTYPE = cutlass.Float32
 
 ########################################################################################
@@ -150,6 +163,14 @@ class GemmConfig:
     advance_on_wait: bool
     load_ops: Placement
     mma_ops: Placement
+    swap_ab: bool = False
+    split_k: int = 1
+    """CTAs that share one output tile, each over its own run of K slices; their fp32 partial
+    tiles are summed in a fixed order through distributed SMEM (:meth:`Accumulator.reduce_split`)
+    inside a cluster of ``split_k`` CTAs along z; the first CTA of the cluster stores D."""
+    """Compute Dᵀ = B·Aᵀ: the kernel's rows are the problem's N, its columns the problem's M
+    (``m``/``n`` above are the kernel's; :attr:`problem_m`/:attr:`problem_n` the problem's),
+    its A operand is B and its D the problem's D seen through swapped strides."""
 
     # -- schedule shape --------------------------------------------------------------
     @staticmethod
@@ -172,12 +193,33 @@ class GemmConfig:
 
     # -- sizes -----------------------------------------------------------------------
     @property
+    def problem_m(self) -> int:
+        """Rows of the problem's A and D (the kernel's ``n`` when A and B are swapped)."""
+        return self.n if self.swap_ab else self.m
+
+    @property
+    def problem_n(self) -> int:
+        return self.m if self.swap_ab else self.n
+
+    @property
     def element_bytes(self) -> int:
         return ELEMENT_BYTES[self.dtype]
 
     @property
     def k_tiles(self) -> int:
         return -(-self.k // self.tile_k)
+
+    @property
+    def split_tiles(self) -> int:
+        """K slices one CTA multiplies (the TS domain): all of them, or its split's share
+        (the last split's run may pass the end of K: TMA zero-fills those slices)."""
+        return -(-self.k_tiles // self.split_k)
+
+    @property
+    def red_bytes(self) -> int:
+        """One consumer warpgroup's split-K exchange buffer: its fp32 partial tile plus two
+        mbarriers (``ready`` in the first CTA, ``done`` in the others); 0 without split-K."""
+        return 0 if self.split_k == 1 else self.wg_tile_m * self.tile_n * 4 + 16
 
     @property
     def tiles_m(self) -> int:
@@ -241,7 +283,7 @@ class GemmConfig:
         """One consumer warpgroup's SMEM staging of a D subtile for the TMA store (0: direct)."""
         if self.epilogue != "tma_store":
             return 0
-        return self.wg_tile_m * EPI_COLS * self.element_bytes
+        return self.wg_tile_m * self.epi_cols * self.element_bytes
 
     @property
     def smem_bytes(self) -> int:
@@ -249,6 +291,7 @@ class GemmConfig:
         buffers, each bump-allocated 1024-aligned, plus two mbarriers a stage."""
         sizes = [self.stages * self.a_stage_bytes, self.stages * self.b_stage_bytes] * self.chains
         sizes += [self.epi_buffer_bytes] * self.consumers if self.epi_buffer_bytes else []
+        sizes += [self.red_bytes] * self.consumers if self.red_bytes else []
         offset = 0
         for size in sizes:
             offset = -(-offset // 1024) * 1024 + size
@@ -256,7 +299,8 @@ class GemmConfig:
 
     @property
     def cluster_size(self) -> int:
-        return self.cluster_m * self.cluster_n
+        """CTAs of one cluster: the multicast shape times the split-K CTAs (along z)."""
+        return self.cluster_m * self.cluster_n * self.split_k
 
     @property
     def mcast_size(self) -> int:
@@ -264,8 +308,20 @@ class GemmConfig:
         return self.cluster_m + self.cluster_n - 1
 
     @property
+    def epi_cols(self) -> int:
+        """Columns of one epilogue subtile: 64, or for a ``tile_n`` that is not a multiple
+        of 64 the widest of 32, 16 dividing it (80 -> 16, 96 -> 32), so the subtiles cover
+        the tile exactly. No 8-column subtile: the 16-byte TMA store box of one aborts the
+        DSL compiler (nvidia-cutlass-dsl 4.8.1), so a ``tile_n`` that is an odd multiple of
+        8 keeps 64 and is refused by ``tsopt.epilogue_coverage``."""
+        for cols in (EPI_COLS, 32, 16):
+            if self.tile_n % cols == 0:
+                return cols
+        return EPI_COLS
+
+    @property
     def epi_subtiles(self) -> int:
-        return self.tile_n // EPI_COLS
+        return self.tile_n // self.epi_cols
 
     @property
     def ragged(self) -> bool:
@@ -330,7 +386,7 @@ class GemmConfig:
         cm, cn = self.cluster_m, self.cluster_n
         clusters_m, clusters_n = -(-self.tiles_m // cm), -(-self.tiles_n // cn)
         if not self.persistent:
-            return (clusters_m * cm, clusters_n * cn, 1)
+            return (clusters_m * cm, clusters_n * cn, self.split_k)
         # The static persistent scheduler's grid: (cluster_m, cluster_n, clusters).
         return (cm, cn, min(clusters_m * clusters_n, SM_COUNT // self.cluster_size))
 
@@ -368,14 +424,17 @@ class TileCoords(MemoryResource):
 
     chain: cutlass.Constexpr[int] = field(init=False, default=0)
     chains: cutlass.Constexpr[int] = field(init=False, default=1)
+    split_tiles: cutlass.Constexpr[int] = field(init=False, default=0)
     tile_m: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
     tile_n: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
     k_tile: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
 
-    def __init__(self, chain: int = 0, chains: int = 1, **kwargs: Any) -> None:
+    def __init__(self, chain: int = 0, chains: int = 1, split_tiles: int = 0,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.chain = chain
         self.chains = chains
+        self.split_tiles = split_tiles  # K slices per split; 0: no split-K
         self.tile_m = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
         self.tile_n = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
         self.k_tile = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
@@ -389,6 +448,10 @@ class TileCoords(MemoryResource):
         m_idx, n_idx, _ = stage_info.work_tile.tile_idx
         # Head copies (prefetch) run with loop_offset 0; they pass their own K slice.
         k = stage_info.loop_offset if cutlass.const_expr(it < 0) else it
+        if cutlass.const_expr(self.split_tiles > 0):
+            # Split-K: this CTA's run of K slices starts at its split (the grid's z).
+            _, _, split = stage_info.work_tile.tile_idx
+            k = k + cutlass.Int32(split) * self.split_tiles
         m = cutlass.Int32(m_idx) * self.chains + self.chain
         return m, cutlass.Int32(n_idx), cutlass.Int32(k)
 
@@ -443,6 +506,9 @@ class SmemAB(MemoryResource):
         self.sB = _smem_tensor(stage_info, self._alloc_b, self.args.b_layout, self.cfg)
         layout = self.args.cta_layout_mnk
         rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        if cutlass.const_expr(self.cfg.split_k > 1):
+            # The split-K CTAs follow the multicast shape along z: only (m, n) is multicast.
+            rank = rank % (self.cfg.cluster_m * self.cfg.cluster_n)
         coord = layout.get_flat_coord(rank)
         # Extent-1 modes fold to Python ints; loop-carried state must be DSL values.
         self.cluster_coord = tuple(cutlass.Int32(c) for c in coord)
@@ -521,6 +587,7 @@ class Accumulator(MemoryResource):
     args: cutlass.Constexpr = field(init=False, default=None)
     wg: cutlass.Constexpr[int] = field(init=False, default=0)
     smem_offsets: cutlass.Constexpr = field(init=False, default=None)
+    _alloc_red: cutlass.Constexpr = field(init=False, default=None)
     acc: Any = field(init=False, default=None)
     tCrA: Any = field(init=False, default=None)
     tCrB: Any = field(init=False, default=None)
@@ -534,7 +601,9 @@ class Accumulator(MemoryResource):
         self.args = args
         self.wg = wg
         self.smem_offsets = (smem._alloc_a, smem._alloc_b)
-        n = 4 * (EPI_COLS // 8) * cfg.m_repeats
+        if cfg.split_k > 1:
+            self._alloc_red = SmemAllocation(f"smem_red{wg}", cfg.red_bytes, alignment=1024)
+        n = 4 * (cfg.epi_cols // 8) * cfg.m_repeats
         self.frag = TaskLocalVariable(
             dtype=ACC_DTYPE, default_factory=lambda: cutlass.full([n], 0.0, ACC_DTYPE)
         )
@@ -548,9 +617,52 @@ class Accumulator(MemoryResource):
             tile_c = cute.make_identity_tensor((cfg.tile_m, cfg.tile_n))
             self.acc = cute.make_rmem_tensor(thr.partition_C(tile_c).shape, ACC_DTYPE)
 
+    def get_smem_requirements(self) -> list:
+        return [self._alloc_red] if self._alloc_red is not None else []
+
     @cute.jit
     def _thr_mma(self) -> Any:
         return _thr_mma(self.args.tiled_mma, self.cfg, self.wg)
+
+    @consumer_work
+    @cute.jit
+    def reduce_split(self, stage_info: StageInfo) -> None:
+        """Split-K: sum the partial tiles of the cluster's CTAs into the first one's registers.
+
+        Split s > 0 writes its partial to its own buffer (thread-major: value i of thread t
+        at i*128 + t), arrives (release, cluster scope) on the first CTA's ``ready`` barrier
+        and waits on its own ``done`` barrier so its SMEM outlives the reads. Split 0 waits
+        for every peer's arrival, then adds the peers' buffers in split order 1, 2, ... (a
+        fixed order: the result is deterministic) read through DSMEM, and arrives on each
+        peer's ``done``. Each barrier completes one phase: one tile per CTA."""
+        cfg = self.cfg
+        _, _, split = stage_info.work_tile.tile_idx
+        tidx, _, _ = cute.arch.thread_idx()
+        t = tidx % 128
+        values = cute.size(self.acc)
+        base = stage_info.context.smem_base.data_ptr() + self._alloc_red.offset
+        buf = cute.make_tensor(
+            cute.make_ptr(ACC_DTYPE, base.toint(), cute.AddressSpace.smem, assumed_align=16),
+            cute.make_layout((values, 128), stride=(128, 1)))
+        bar_at = base.toint() + values * 128 * 4
+        ready = cute.make_ptr(cutlass.Int64, bar_at, cute.AddressSpace.smem, assumed_align=8)
+        done = cute.make_ptr(cutlass.Int64, bar_at + 8, cute.AddressSpace.smem, assumed_align=8)
+        if cutlass.Int32(split) != 0:
+            for i in cutlass.range_constexpr(values):
+                buf[(i, t)] = self.acc[i]
+            cute.arch.mbarrier_arrive(ready, 0, scope=CLUSTER_SCOPE)
+            cute.arch.mbarrier_wait(done, 0)
+        else:
+            cute.arch.mbarrier_wait(ready, 0)
+            # The wait observed the peers' release arrivals; acquire their writes.
+            cute.arch.fence_acq_rel_cluster()
+            for peer in cutlass.range_constexpr(1, cfg.split_k):
+                # A DSMEM tensor cannot be indexed: load through the mapped pointer.
+                remote = cute.arch.map_dsmem_ptr(buf.iterator + t, peer)
+                for i in cutlass.range_constexpr(values):
+                    self.acc[i] = self.acc[i] + (remote + i * 128).load()
+            for peer in cutlass.range_constexpr(1, cfg.split_k):
+                cute.arch.mbarrier_arrive(done, peer, scope=CLUSTER_SCOPE)
 
     @producer_work(work_attrs=WorkAttr.AUXILIARY)
     @cute.jit
@@ -585,8 +697,9 @@ class Accumulator(MemoryResource):
     @consumer_work(returns=frag)
     @cute.jit
     def read_acc(self, stage_info: StageInfo, *, subtile: cutlass.Constexpr[int]) -> Any:
-        """Accumulator values of columns [subtile*64, subtile*64+64) of this thread's rows."""
-        groups = EPI_COLS // 8
+        """Accumulator values of columns [subtile*epi_cols, (subtile+1)*epi_cols) of this
+        thread's rows."""
+        groups = self.cfg.epi_cols // 8
         vals = []
         for rr in cutlass.range_constexpr(self.cfg.m_repeats):
             for g in cutlass.range_constexpr(groups):
@@ -636,7 +749,18 @@ class OutD(MemoryResource):
         # The first row of this warpgroup's tile: the work tile's, or its own tile's.
         m0 = (cutlass.Int32(m_idx) * cfg.chains + (self.wg if cfg.separate else 0)) * cfg.tile_m
         n0 = cutlass.Int32(n_idx) * cfg.tile_n
-        if cutlass.const_expr(cfg.epilogue == "tma_store"):
+        if cutlass.const_expr(cfg.split_k > 1):
+            # Split-K: the first CTA of the cluster holds the sum; the others store nothing.
+            _, _, split = stage_info.work_tile.tile_idx
+            if cutlass.Int32(split) == 0:
+                self._store_any(stage_info, frag, subtile, tCcC, m0, n0, m_idx, n_idx)
+        else:
+            self._store_any(stage_info, frag, subtile, tCcC, m0, n0, m_idx, n_idx)
+
+    @cute.jit
+    def _store_any(self, stage_info: StageInfo, frag: Any, subtile: cutlass.Constexpr[int],
+                   tCcC: Any, m0: Any, n0: Any, m_idx: Any, n_idx: Any) -> None:
+        if cutlass.const_expr(self.cfg.epilogue == "tma_store"):
             self._store_tma(stage_info, frag, subtile, tCcC, m0, n0)
         else:
             self._store_direct(frag, subtile, tCcC, m0, n0, m_idx, n_idx)
@@ -650,6 +774,9 @@ class OutD(MemoryResource):
         # Tiles past the problem (cluster or swizzle rounding) write nothing.
         tile_in = (cutlass.Int32(m_idx) < cfg.tiles_m) & (cutlass.Int32(n_idx) < cfg.tiles_n)
         for _, row, col, pair in _fragment_pairs(cfg, frag, tCcC, subtile):
+            if cutlass.const_expr(cfg.swap_ab):
+                self._store_transposed(d_ptr, pair.to(out_dtype), m0 + row, n0 + col, tile_in)
+                continue
             dst = d_ptr + (cutlass.Int64(m0 + row) * cfg.n + cutlass.Int64(n0 + col))
             if cutlass.const_expr(cfg.ragged):
                 # A pair is wholly in or out: N % 8 == 0 and col is even.
@@ -662,6 +789,22 @@ class OutD(MemoryResource):
                 dst.store(pair.to(out_dtype), alignment=4)
 
     @cute.jit
+    def _store_transposed(self, d_ptr: Any, out: Any, row: Any, col: Any, tile_in: Any) -> None:
+        """Swapped A and B: the kernel's (row, col) is the problem's D[col, row], so the two
+        columns of a pair are two rows of D apart: two 2-byte stores."""
+        cfg = self.cfg
+        for j in cutlass.range_constexpr(2):
+            dst = d_ptr + (cutlass.Int64(col + j) * cfg.m + cutlass.Int64(row))
+            if cutlass.const_expr(cfg.ragged):
+                if (row < cfg.m) & (col + j < cfg.n):
+                    dst.store(out[j])
+            elif cutlass.const_expr(cfg.overhang):
+                if tile_in:
+                    dst.store(out[j])
+            else:
+                dst.store(out[j])
+
+    @cute.jit
     def _store_tma(self, stage_info: StageInfo, frag: Any, subtile: cutlass.Constexpr[int],
                    tCcC: Any, m0: Any, n0: Any) -> None:
         cfg = self.cfg
@@ -669,29 +812,39 @@ class OutD(MemoryResource):
         tidx, _, _ = cute.arch.thread_idx()
         leader = tidx % 128 == 0
         barrier = EPI_BARRIER + self.wg
-        # (64, EPI_COLS, m_repeats): one swizzled 64-row box per m64 repeat.
+        # (64, epi_cols, m_repeats): one swizzled 64-row box per m64 repeat.
         sD = _smem_tensor(stage_info, self._alloc, self.args.epi_layout, cfg)
         if leader:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
         for rr, row, col, pair in _fragment_pairs(cfg, frag, tCcC, subtile):
             out = pair.to(out_dtype)
-            sD[(row % 64, col % EPI_COLS, rr)] = out[0]
-            sD[(row % 64, col % EPI_COLS + 1, rr)] = out[1]
+            sD[(row % 64, col % cfg.epi_cols, rr)] = out[0]
+            sD[(row % 64, col % cfg.epi_cols + 1, rr)] = out[1]
         cute.arch.fence_proxy("async.shared", space="cta")
         cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
         if leader:
             bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
                 self.args.tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2),
-                cute.zipped_divide(self.args.mD_tma, (64, EPI_COLS)),
+                cute.zipped_divide(self.args.mD_tma, (64, cfg.epi_cols)),
             )
             slot = 0 if cfg.separate else self.wg
             for rr in cutlass.range_constexpr(cfg.m_repeats):
                 # This repeat's 64 rows of the tile (warpgroups interleave in m64 blocks).
                 block_m = m0 // 64 + (rr * cfg.mma_warpgroups + slot)
-                block_n = n0 // EPI_COLS + subtile
-                cute.copy(self.args.tma_atom_d, bSG_sD[(None, rr)],
-                          bSG_gD[(None, (block_m, block_n))])
+                block_n = n0 // cfg.epi_cols + subtile
+                # Only boxes that start inside D are stored. Not just a saving: where D has a
+                # single block along a mode (M <= 64, or N <= epi_cols), CuTe gives that
+                # block mode extent 1 and stride 0, so a box past the edge would not be
+                # clipped by the TMA but land on block 0, over the rows (columns) already
+                # written, with the zeros of the out-of-bounds accumulator rows.
+                if cutlass.const_expr(cfg.ragged or cfg.overhang):
+                    if (block_m * 64 < cfg.m) & (block_n * cfg.epi_cols < cfg.n):
+                        cute.copy(self.args.tma_atom_d, bSG_sD[(None, rr)],
+                                  bSG_gD[(None, (block_m, block_n))])
+                else:
+                    cute.copy(self.args.tma_atom_d, bSG_sD[(None, rr)],
+                              bSG_gD[(None, (block_m, block_n))])
             cute.arch.cp_async_bulk_commit_group()
             if cutlass.const_expr(subtile == cfg.epi_subtiles - 1):
                 # The CTA may exit after its last tile: SMEM must outlive the TMA's reads.
@@ -701,7 +854,7 @@ class OutD(MemoryResource):
 def _fragment_pairs(cfg: Any, frag: Any, tCcC: Any, subtile: int) -> Iterator[tuple]:
     """(m64 repeat, row, col, two fp32 values) of each column pair this thread holds in a
     subtile's fragment (``Accumulator.read_acc``'s order), unrolled at trace time."""
-    groups = EPI_COLS // 8
+    groups = cfg.epi_cols // 8
     for rr in range(cfg.m_repeats):
         for g in range(groups):
             for r2 in range(2):
@@ -789,7 +942,8 @@ def placed_body(task: str, cfg: GemmConfig) -> ScheduleBody:
 ########################################################################################
 
 
-def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | None = None,
+def make_task_manager(cfg: GemmConfig, args: KernelArgs | None,
+                      domain: int | cutlass.Int32 | None = None,
                       verbose: bool = False,
                       bodies: dict[str, ScheduleBody] | None = None) -> TaskManager:
     """Build the TS skeleton of one candidate.
@@ -801,7 +955,7 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | No
     the load and mma schedule bodies (default: rendered from the placed ops of
     ``cfg`` by :func:`placed_body`).
     """
-    k_tiles = cfg.k_tiles if domain is None else domain
+    k_tiles = cfg.split_tiles if domain is None else domain
 
     # -- resources ---------------------------------------------------------------------
     pipeline_cfg = PipelineConfig.create_tma_async_pipeline_cfg(
@@ -821,7 +975,9 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | No
     # One chain (coordinates -> SMEM pipeline) feeds cooperating warpgroups; with warpgroups
     # on their own tiles each has its own chain, suffixed by its index.
     suffix = [str(c) if cfg.separate else "" for c in range(cfg.chains)]
-    coords = [TileCoords(c, cfg.chains, name=f"TileCoords{suffix[c]}") for c in range(cfg.chains)]
+    split_tiles = cfg.split_tiles if cfg.split_k > 1 else 0
+    coords = [TileCoords(c, cfg.chains, split_tiles, name=f"TileCoords{suffix[c]}")
+              for c in range(cfg.chains)]
     smems = [SmemAB(cfg, args, c, name=f"SmemAB{suffix[c]}", pipeline_config=pipeline_cfg)
              for c in range(cfg.chains)]
     feeds = [smems[i if cfg.separate else 0] for i in range(cfg.consumers)]
@@ -836,7 +992,7 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | No
             name="WorkQueue",
         )
     allocator = SmemAllocator()
-    for resource in [*smems, *outs]:
+    for resource in [*smems, *outs, *accs]:
         if resource.get_smem_requirements():
             allocator.add_resource(resource)
     allocator.compute_layout()
@@ -877,6 +1033,8 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | No
         with tiles(wq):
             acc.zero_acc()
             bodies["mma"]({"smem": smem_ab, "acc": acc}, k_tiles)
+            if cfg.split_k > 1:
+                acc.reduce_split()
             for subtile in range(cfg.epi_subtiles):  # trace-time unrolled epilogue
                 out.store(frag=acc.read_acc(subtile=subtile), subtile=subtile)
             next_tile(wq)
@@ -914,7 +1072,7 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | No
         )
 
     # -- TaskManager: runs every TS check and the exhaustive deadlock/race BFS ----------
-    return TaskManager(
+    manager = TaskManager(
         tasks=tasks, resource_dependency_graph=dependency_graph, smem_allocator=allocator,
         verbose=verbose,
         # In the kernel the schedule was already verified on the host with a
@@ -925,6 +1083,11 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None, domain: int | No
         exhaustive_deadlock_race_check=args is None,
         skip_validation=args is not None,
     )
+    # Split-K's exchange barriers (ready, done) per consumer warpgroup, as SMEM byte offsets:
+    # the kernel initialises them before the cluster-wide sync, so no peer can arrive first.
+    manager.split_barriers = [acc._alloc_red.offset + cfg.red_bytes - 16 for acc in accs
+                              if acc._alloc_red is not None]
+    return manager
 
 
 ########################################################################################
@@ -948,8 +1111,18 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
         args = KernelArgs(tma_atom_a, mA, tma_atom_b, mB, mD, tiled_mma, a_layout, b_layout,
                           cta_layout_mnk, tile_sched_params, tma_atom_d, mD_tma, epi_layout)
-        task_manager = make_task_manager(cfg, args, bodies=bodies)
+        # The K domain as a DSL value, not a Python int: TS's trace-time schedule simulation
+        # walks an int domain slice by slice, so build time and memory grew with K (225 s and
+        # 0.46 GiB at K = 4,194,304; bench/build_memory). Given a DSL value it simulates a few
+        # representative iterations, and the compiler still sees a constant (the same cubins:
+        # bench/build_memory/gemm-cubin-identity.json). The host verifier checks the schedule
+        # with a concrete domain.
+        task_manager = make_task_manager(cfg, args, domain=cutlass.Int32(cfg.split_tiles),
+                                         bodies=bodies)
         task_manager.setup_resources_and_tasks()
+        if cutlass.const_expr(cfg.split_k > 1):
+            _init_split_barriers(task_manager._smem_base.data_ptr(),
+                                 tuple(task_manager.split_barriers), cfg.split_k)
         cute.arch.mbarrier_init_fence()
         # Peers multicast into this CTA's stages and arrive on its barriers: every
         # barrier of the cluster must be initialised before anyone runs.
@@ -964,6 +1137,11 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
     def gemm_host(a: cute.Tensor, b: cute.Tensor, d: cute.Tensor,
                   stream: cuda_driver.CUstream) -> None:
         io = IO_DTYPES[cfg.dtype]
+        if cutlass.const_expr(cfg.swap_ab):
+            # Dᵀ = B·Aᵀ: B is the kernel's A operand, and the row-major M x N D is the
+            # kernel's N x M D with strides (1, N), so the epilogue writes it transposed.
+            a, b = b, a
+            d = cute.make_tensor(d.iterator, cute.make_layout((cfg.m, cfg.n), stride=(1, cfg.m)))
         tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
         # Cooperating warpgroups split the tile along M; each issues m64 x tile_n wgmma.
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
@@ -993,19 +1171,35 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
                 tile_sched_params, SM_COUNT // cfg.cluster_size)
         tma_atom_d, mD_tma, epi_layout = None, None, None
         if cutlass.const_expr(cfg.epilogue == "tma_store"):
-            # One 64 x EPI_COLS box of D per m64 repeat of a warpgroup's subtile.
+            # One 64 x epi_cols box of D per m64 repeat of a warpgroup's subtile.
             epi_layout = sm90_utils.make_smem_layout_epi(
-                io, LayoutEnum.from_tensor(d), (64, EPI_COLS), cfg.m_repeats)
+                io, LayoutEnum.from_tensor(d), (64, cfg.epi_cols), cfg.m_repeats)
             tma_atom_d, mD_tma = cute.nvgpu.cpasync.make_tiled_tma_atom(
                 cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), d,
-                cute.slice_(epi_layout, (None, None, 0)), (64, EPI_COLS))
+                cute.slice_(epi_layout, (None, None, 0)), (64, cfg.epi_cols))
         gemm_kernel(
             tma_atom_a, mA, tma_atom_b, mB, d, tiled_mma, a_layout, b_layout, cta_layout_mnk,
             tile_sched_params, tma_atom_d, mD_tma, epi_layout,
-        ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, 1),
+        ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, cfg.split_k),
                  stream=stream)
 
     return gemm_host
+
+
+@cute.jit
+def _init_split_barriers(base: Any, offsets: cutlass.Constexpr, split_k: cutlass.Constexpr[int]
+                         ) -> None:
+    """Split-K's barriers, by thread 0: ``ready`` counts every thread of every peer CTA's
+    warpgroup, ``done`` every thread of the first CTA's."""
+    if cute.arch.thread_idx()[0] == 0:
+        for offset in cutlass.range_constexpr(len(offsets)):
+            at = (base + offsets[offset]).toint()
+            cute.arch.mbarrier_init(
+                cute.make_ptr(cutlass.Int64, at, cute.AddressSpace.smem, assumed_align=8),
+                (split_k - 1) * 128)
+            cute.arch.mbarrier_init(
+                cute.make_ptr(cutlass.Int64, at + 8, cute.AddressSpace.smem, assumed_align=8),
+                128)
 
 
 def _tma_load_atom(tensor: Any, layout_staged: Any, tile: tuple[int, int], mcast: int) -> Any:
@@ -1021,7 +1215,8 @@ def compile_args(cfg: GemmConfig) -> tuple:
     from cutlass.runtime import make_fake_stream
 
     io = IO_DTYPES[cfg.dtype]
-    a = make_fake_compact_tensor(io, (cfg.m, cfg.k), stride_order=(1, 0), assumed_align=16)
-    b = make_fake_compact_tensor(io, (cfg.n, cfg.k), stride_order=(1, 0), assumed_align=16)
-    d = make_fake_compact_tensor(io, (cfg.m, cfg.n), stride_order=(1, 0), assumed_align=16)
+    m, n = cfg.problem_m, cfg.problem_n
+    a = make_fake_compact_tensor(io, (m, cfg.k), stride_order=(1, 0), assumed_align=16)
+    b = make_fake_compact_tensor(io, (n, cfg.k), stride_order=(1, 0), assumed_align=16)
+    d = make_fake_compact_tensor(io, (m, n), stride_order=(1, 0), assumed_align=16)
     return a, b, d, make_fake_stream()

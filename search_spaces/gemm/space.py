@@ -26,6 +26,7 @@ from tsopt.core.genome import Genome  # noqa: E402
 from tsopt.core.problem import Problem, ProblemError  # noqa: E402
 from tsopt.core.space import (  # noqa: E402
     Enumeration,
+    Factor,
     Finding,
     FunnelCount,
     GeneDomain,
@@ -51,6 +52,7 @@ from tsopt.search_spaces.gemm.config import (  # noqa: E402
     HEAD_DEPTHS,
     KNOB_DOCS,
     NUMERIC_CHOICES,
+    OMITTED_AT_DEFAULT,
     PENDING,
     PRIMARY_OP,
     SEED_GENES,
@@ -63,6 +65,7 @@ from tsopt.search_spaces.gemm.config import (  # noqa: E402
     WARPGROUP,
     config_of,
     gene,
+    gene_choices,
     load_key,
     load_placement,
     mma_key,
@@ -73,7 +76,12 @@ from tsopt.search_spaces.gemm.config import (  # noqa: E402
     placement_name,
 )
 from tsopt.search_spaces.gemm.export import export_source  # noqa: E402
-from tsopt.search_spaces.gemm.funnel import gemm_funnel, screen_key, screen_placements  # noqa: E402
+from tsopt.search_spaces.gemm.funnel import (  # noqa: E402
+    gemm_factors,
+    gemm_funnel,
+    screen_key,
+    screen_placements,
+)
 from tsopt.search_spaces.gemm.kernel import (  # noqa: E402
     GemmConfig,
     compile_args,
@@ -199,8 +207,10 @@ class HopperGemmSpace(SearchSpace):
                 genes[name] = value
             else:
                 raise KeyError(f"gemm space has no knob {name!r}")
-        structure = {n: genes[n] for n in STRUCTURE_CHOICES}
-        numeric = {n: genes[n] for n in NUMERIC_CHOICES}
+        structure = {n: genes[n] for n in STRUCTURE_CHOICES
+                     if not (n in OMITTED_AT_DEFAULT and genes[n] == ADDED_GENES[n])}
+        numeric = {n: genes[n] for n in NUMERIC_CHOICES
+                   if not (n in OMITTED_AT_DEFAULT and genes[n] == ADDED_GENES[n])}
         load = load_placement(str(placement["load.body"]).split(","), int(placement["load.depth"]),
                               str(placement["load.defer"]))
         mma = mma_placement(str(placement["mma.body"]).split(","), int(placement["mma.depth"]),
@@ -298,6 +308,10 @@ class HopperGemmSpace(SearchSpace):
         """The funnel by factorised verification (see ``funnel.py``)."""
         return gemm_funnel(self, problem, judge, progress)
 
+    def proposal_factors(self, problem: Problem, judge: Judge) -> tuple[Factor, ...]:
+        """The funnel's factorisation, for proposals drawn inside it (see ``funnel.py``)."""
+        return gemm_factors(self, problem, judge)
+
     # -- verification ----------------------------------------------------------------
     def gene_domains(self, problem: Problem) -> dict[str, GeneDomain]:
         """The interface's default schema, less the genes added after studies were recorded
@@ -326,7 +340,7 @@ class HopperGemmSpace(SearchSpace):
             # Left out of the schema (a genome may lack it), so judged here when present:
             # any value but the choices would silently mean the default to the kernel.
             if name in genome.genes:
-                choices = STRUCTURE_CHOICES[name]
+                choices = gene_choices(name)
                 error = GeneDomain(name, gene_kind(meaning), choices=choices).error(genome[name])
                 if error is not None:
                     return error
@@ -354,7 +368,30 @@ class HopperGemmSpace(SearchSpace):
         cfg = self.config(genome, problem)
         # Raster order and swizzle never reach the TS skeleton (the epilogue does: its SMEM).
         ts_genes = {name: gene(genome, name) for name in TS_KEY_GENES}
+        if cfg.split_k > 1:  # its domain and SMEM; absent at 1, so older keys stay the same
+            ts_genes["split_k"] = cfg.split_k
         return repr((cfg.load_ops, cfg.mma_ops, sorted(ts_genes.items())))
+
+    def is_deterministic(self, genome: Genome) -> bool:
+        """Whether the kernel gives bit-identical D for identical inputs, run after run.
+
+        Every GEMM of this space is: without split-K each element of D is summed by one
+        warpgroup in K order; with split-K (``split_k > 1``) the partial tiles are added in
+        the fixed order of their split index (``Accumulator.reduce_split``), never by atomics.
+        A ``--deterministic`` request may filter on it; a future atomic reduction must answer
+        False here."""
+        del genome  # no reduction of this space depends on timing (no atomics)
+        return True
+
+    def ts_schedule_key(self, genome: Genome, problem: Problem) -> str:
+        """The verdict key less what the exhaustive checker never reads: register budgets
+        and tile_m/tile_k (byte counts and wgmma repeats, not ops; tile_n stays: it sets the
+        epilogue's subtile stores; the load warp stays: it shapes the padding tasks). SMEM
+        overlaps that sizes could create are keyed by the verifier itself."""
+        cfg = self.config(genome, problem)
+        unseen = ("tile_m", "tile_k", "producer_regs", "consumer_regs")
+        genes = {name: gene(genome, name) for name in TS_KEY_GENES if name not in unseen}
+        return repr((cfg.load_ops, cfg.mma_ops, sorted(genes.items())))
 
     # -- reports ---------------------------------------------------------------------
     def schedule_view(self, genome: Genome) -> list[TaskView]:
@@ -397,10 +434,11 @@ class HopperGemmSpace(SearchSpace):
             host_fn=make_kernel(cfg),
             compile_args=compile_args(cfg),
             tensors=(
-                TensorArg("a", "input", (cfg.m, cfg.k), cfg.dtype),
-                TensorArg("b", "input", (cfg.n, cfg.k), cfg.dtype),
-                TensorArg("d", "output", (cfg.m, cfg.n), cfg.dtype),
+                TensorArg("a", "input", (cfg.problem_m, cfg.k), cfg.dtype),
+                TensorArg("b", "input", (cfg.problem_n, cfg.k), cfg.dtype),
+                TensorArg("d", "output", (cfg.problem_m, cfg.problem_n), cfg.dtype),
             ),
             launch={"grid": list(cfg.grid), "block": [cfg.threads, 1, 1],
-                    "cluster": [cfg.cluster_m, cfg.cluster_n, 1], "smem_bytes": cfg.smem_bytes},
+                    "cluster": [cfg.cluster_m, cfg.cluster_n, cfg.split_k],
+                    "smem_bytes": cfg.smem_bytes},
         )

@@ -20,7 +20,16 @@ from rich.table import Table
 from tsopt.core.bundle import Baseline, BundleManifest, BundleResults
 from tsopt.core.records import Measurement
 from tsopt.workers import bundle_measure
-from tsopt.workers.bundle_measure import BundleView, fastest, num, status_counts
+from tsopt.workers.bundle_measure import (
+    BundleView,
+    GpuShare,
+    fastest,
+    gpu_label,
+    num,
+    on_gpu,
+    share_lines,
+    status_counts,
+)
 from tsopt.workers.limits import Limits
 from tsopt.workers.measurer import MeasureStats
 from tsopt.workers.worker_measurer import REBASELINE_EVERY, WORKER_MAX_CANDIDATES
@@ -33,7 +42,7 @@ def describe(m: Measurement, pid: int | None = None) -> str:
     """One line per candidate for the console: status, figures or error, wall time, process."""
     style = STATUS_STYLE.get(m.status, "white")
     head = f"[{style}]{m.status:<12}[/] {m.genome_hash[:12]}"
-    cost = f"  [dim]{m.seconds:.2f} s{f' pid {pid}' if pid is not None else ''}[/]"
+    cost = f"  [dim]{m.seconds:.2f} s{f' pid {pid}' if pid is not None else ''}{on_gpu(m)}[/]"
     if m.status == "ok" and m.median_us is not None:
         return (f"{head}  {m.median_us:9.2f} us  {num(m.rate, '9.1f')} {m.rate_unit:<7}"
                 f"  x{num(m.ratio, '.3f')} vs {escape(m.baseline_name)}{cost}")
@@ -66,9 +75,10 @@ class ConsoleView(BundleView):
             "cannot measure on this machine:")
         self.console.print(f"[bold red]{head}[/] {escape(error)}", highlight=False)
 
-    def baseline(self, base: Baseline, limits: Limits, isolation: str, mode: str) -> None:
+    def baseline(self, base: Baseline, limits: Limits, isolation: str, mode: str,
+                 gpu: int | None = None) -> None:
         self.console.print(
-            f"{base.device}: {base.name} {base.median_us:.2f} us "
+            f"{gpu_label(gpu)}{base.device}: {base.name} {base.median_us:.2f} us "
             f"({num(base.rate, '.1f')} {base.rate_unit}); "
             f"watchdog limits: check {limits.check_s:.1f} s, timing {limits.timing_s:.1f} s; "
             f"isolation: {isolation}, baseline: {mode}", highlight=False,
@@ -99,6 +109,10 @@ class ConsoleView(BundleView):
             self.progress.stop()
         self.progress = self.task = None
 
+    def shares(self, shares: list[GpuShare]) -> None:
+        for line in share_lines(shares):
+            self.console.print(line, highlight=False)
+
     def finished(self, bundle: Path, results: BundleResults, stats: MeasureStats) -> None:
         self.console.print(status_counts(results))
         best = fastest(results)
@@ -123,9 +137,11 @@ def measure_bundle(
     bundle: Path, runs: int = 50, warmup: int = 10, limit: int | None = None,
     console: Console | None = None, checks: int = 2, gpu: int | None = None, *,
     isolation: str = "worker", max_candidates: int = WORKER_MAX_CANDIDATES,
-    baseline: str = "once", rebaseline_every: int = REBASELINE_EVERY,
+    baseline: str = "once", rebaseline_every: int = REBASELINE_EVERY, gpus: int | None = None,
 ) -> int:
     """``tsopt measure``: measure a bundle on ``console``; returns the exit code.
+
+    ``gpus``: one measuring worker on each of that many GPUs (None: all this process sees).
 
     0 when every selected candidate has a result, 1 when this machine cannot measure; bad
     options or a bad manifest / results file raise UserInputError (see
@@ -134,5 +150,5 @@ def measure_bundle(
     return bundle_measure.measure_bundle(
         bundle, runs=runs, warmup=warmup, limit=limit, checks=checks, gpu=gpu,
         isolation=isolation, max_candidates=max_candidates, baseline=baseline,
-        rebaseline_every=rebaseline_every, view=ConsoleView(console or Console()),
+        rebaseline_every=rebaseline_every, view=ConsoleView(console or Console()), gpus=gpus,
     )

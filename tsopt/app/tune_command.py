@@ -35,8 +35,9 @@ BUILT_HELP = ("Stop once the study holds N built candidates (counted like --tria
               "whole study; candidates already in flight finish).")
 MEASURED_HELP = ("Stop once the study holds N candidates measured correct (timed). Needs a GPU "
                  "here: without one nothing is measured, use --built.")
-SAMPLER_HELP = ("tpe (default), random, cmaes (numeric knobs; the others fall back to TPE) or "
-                "grid (exhaustive; small or --knob-restricted spaces).")
+SAMPLER_HELP = ("evolve (default: one-gene moves from the best measured, ranked by a cost model), "
+                "tpe, random, cmaes (numeric knobs; the others fall back to TPE) or grid "
+                "(exhaustive; small or --knob-restricted spaces).")
 WORKERS_HELP = ("Workers verifying and building in parallel (0: one at a time in this "
                 "process). With N > 0 a local Ray cluster of N CPUs is started, or joined with "
                 "--ray-address; each GPU gets a measuring actor. With --pool processes: N "
@@ -45,10 +46,16 @@ RAY_HELP = "Join this Ray cluster (HOST:PORT of its head) instead of starting a 
 POOL_HELP = ("What --workers N runs on: ray (default; a local Ray cluster, or --ray-address) "
              "or processes (N build processes on this machine, no Ray; measuring on this "
              "machine's GPU if it has one).")
+GPUS_HELP = ("GPUs that measure, one measuring worker each (pinned to its GPU): N (the first "
+             "N this process sees) or all.")
 PATIENCE_HELP = ("Stop after N trials without a faster measurement. Improvement needs "
                  "measurements: without a GPU nothing is timed and this never triggers.")
 WARM_HELP = ("Start a new study from the best genomes of finished studies of the same space "
              "and dtype on the nearest shapes in the database.")
+LIBRARY_HELP = ("Start a new study from the seed library's best-known schedules for the nearest "
+                "shape class (`tsopt library show`), those the verifier accepts here.")
+DETERMINISTIC_HELP = ("Only schedules whose output is bit-identical run after run (no atomic "
+                      "reductions); refused up front if the space has none for the problem.")
 KNOB_HELP = ("Restrict a knob to some of its choices, e.g. --knob stages=2,4 (repeatable; one "
              "value fixes it). Makes --sampler grid possible on a big space.")
 
@@ -60,7 +67,7 @@ TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("time", str | None, typer.Option(None, "--time",
                                       help="Wall-clock budget of this run, e.g. 30m.")),
     ("patience", int | None, typer.Option(None, help=PATIENCE_HELP)),
-    ("sampler", str, typer.Option("tpe", help=SAMPLER_HELP)),
+    ("sampler", str, typer.Option("evolve", help=SAMPLER_HELP)),
     ("knob", list[str] | None, typer.Option(None, "--knob", help=KNOB_HELP)),
     ("arch", str, typer.Option("sm_90a", help="Target architecture.")),
     ("study", str | None, typer.Option(None, help="Study name (default: derived from the "
@@ -71,8 +78,11 @@ TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("workers", int, typer.Option(0, help=WORKERS_HELP)),
     ("ray_address", str | None, typer.Option(None, "--ray-address", help=RAY_HELP)),
     ("pool", str, typer.Option("ray", help=POOL_HELP)),
+    ("gpus", str, typer.Option("all", help=GPUS_HELP)),
     ("warm_start", bool, typer.Option(True, "--warm-start/--no-warm-start", help=WARM_HELP)),
+    ("library", bool, typer.Option(True, "--library/--no-library", help=LIBRARY_HELP)),
     ("seed", int, typer.Option(0, help="Sampler seed.")),
+    ("deterministic", bool, typer.Option(False, "--deterministic", help=DETERMINISTIC_HELP)),
 )
 
 
@@ -109,6 +119,7 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
         with guard(options["db"]):  # a database that cannot be used is named
             from tsopt.search.driver import run_tune
             from tsopt.search.request import TuneRequest
+            from tsopt.workers.gpus import parse_gpus
 
             problem = Problem.of(entry.op, options["dtype"],
                                  **{name: options[name] for name in sizes})
@@ -122,8 +133,10 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
                 arch=options["arch"], study=options["study"], db_url=options["db"],
                 bundle_dir=options["bundle"], workers=options["workers"], seed=options["seed"],
                 ray_address=options["ray_address"], patience=options["patience"],
-                warm_start=options["warm_start"], knobs=tuple(options["knob"] or ()),
-                pool=options["pool"],
+                warm_start=options["warm_start"], library=options["library"],
+                knobs=tuple(options["knob"] or ()),
+                pool=options["pool"], gpus=parse_gpus(options["gpus"]),
+                deterministic=options["deterministic"],
             )
             code = run_tune(request, console)
         raise typer.Exit(code)

@@ -26,7 +26,7 @@ import os
 import random
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -62,6 +62,25 @@ def fault_genes_allowed() -> bool:
 Judge = Callable[[Genome, Problem], Verdict]
 """``judge(genome, problem) -> Verdict``: the verifier, injected by whoever holds one (the
 app, the driver: ``tsopt.verify.verifier.verify_genome`` bound to a space and a cache)."""
+
+@dataclass(frozen=True)
+class JudgedKey:
+    """What a whole verdict depends on: the genome, the problem, the arch, the verifier's
+    version (``tsopt.verify.verifier.verifier_version``: its code, the space's code, the DSL).
+    The verifier memoises whole verdicts under it; the database shares them across studies
+    (``tsopt.db.store.Store.find_judged``/``record_judged``)."""
+
+    space: str
+    genome_hash: str
+    problem_key: str
+    arch: str
+    tool_version: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"space": self.space, "genome_hash": self.genome_hash,
+                "problem_key": self.problem_key, "arch": self.arch,
+                "tool_version": self.tool_version}
+
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage description, done, total)``; total 0 when unknown."""
@@ -234,6 +253,23 @@ class FunnelCount:
     predicted: Callable[[Genome], bool] | None = None
 
 
+@dataclass(frozen=True)
+class Factor:
+    """One factor of a space's legal set, as proposals see it (``tsopt.search.proposals``).
+
+    ``knobs`` are sampler knobs (names of :meth:`SearchSpace.knobs`) this factor decides;
+    ``legal(params)`` says whether their values are legal given the knobs of the factors
+    before it (it reads no knob of a later factor). A proposal is inside the declared legal
+    set when every factor is legal; a knob in no factor is free. The verifier still judges
+    every genome: a factor is a prediction of its verdict, never a substitute.
+    """
+
+    name: str
+    knobs: tuple[str, ...]
+    legal: Callable[[Mapping[str, Any]], bool]
+    doc: str = ""
+
+
 OpKind = Literal["acquire", "commit", "wait", "release", "work"]
 
 _SYNC_KINDS: dict[str, OpKind] = {
@@ -311,6 +347,20 @@ class SearchSpace(ABC):
     :meth:`suggest` when the space's shipped screens may be stale: a space recomputes a
     stale screen with it, and without one refuses to use it (it never trusts it silently)."""
 
+    # -- determinism -------------------------------------------------------------------
+    def is_deterministic(self, genome: Genome) -> bool:
+        """Whether ``genome``'s kernel writes bit-identical output for identical inputs, run
+        after run: no atomics, no reduction whose order depends on timing. True unless a space
+        says otherwise (a space with such reductions overrides it); ``tune --deterministic``
+        keeps to the genomes for which it holds."""
+        del genome
+        return True
+
+    def has_deterministic_schedule(self, problem: Problem) -> bool:
+        """Whether the space holds a deterministic schedule for ``problem`` at all, asked before
+        a ``--deterministic`` run builds anything: by default, whether its seed is one."""
+        return self.is_deterministic(self.seed_genome(problem))
+
     # -- problems and knobs ----------------------------------------------------------
     def check(self, problem: Problem) -> None:
         """Raise ``ProblemError`` naming the bad value if this space cannot tune ``problem``:
@@ -355,6 +405,15 @@ class SearchSpace(ABC):
         ``draw``/``predicted`` pair that tests the factorisation. Default: None, the space
         has no factorisation, and the caller verifies every enumerated genome instead.
         """
+        return None
+
+    def proposal_factors(self, problem: Problem, judge: Judge) -> tuple[Factor, ...] | None:
+        """The space's factorisation as proposals use it: the factors of its legal set, in
+        the order a proposal is decided (structure first, then the numeric values legal given
+        it), each judging its part with ``judge`` on a canonical genome or with the space's
+        own arithmetic (SMEM, registers, tiles). ``tsopt.search.proposals`` repairs every
+        sampler's proposal to the nearest params that all factors accept. Default: None,
+        proposals go to the verifier as the sampler made them."""
         return None
 
     def params_of(self, genome: Genome) -> dict[str, Any]:
@@ -437,6 +496,15 @@ class SearchSpace(ABC):
     @abstractmethod
     def verdict_key(self, genome: Genome, problem: Problem) -> str:
         """A key of only the genes (and problem facts) that can change the verdict."""
+
+    def ts_schedule_key(self, genome: Genome, problem: Problem) -> str | None:
+        """The part of the genome the TS exhaustive deadlock/race checker sees (schedules,
+        pipeline shapes, stage counts, tasks), without the numeric genes it does not see
+        (register budgets, tile sizes that only set byte counts). The verifier memoises that
+        checker's outcome under this key (with the SMEM aliasing of the skeleton it was run
+        on), so a deep pipeline is searched once for every numeric variant. Default: None,
+        no memo (the checker runs for every TS verdict not already cached)."""
+        return None
 
     # -- reports ---------------------------------------------------------------------
     def schedule_view(self, genome: Genome) -> list[TaskView] | None:

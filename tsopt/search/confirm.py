@@ -61,9 +61,12 @@ class Winner:
 
 
 def confirmation_requests(ranked: list[RankedCandidate], problem: dict[str, object],
-                          passes: int = 2) -> list[tuple[Remeasure, MeasureRequest]]:
+                          passes: int = 2,
+                          gpu: int | None = None) -> list[tuple[Remeasure, MeasureRequest]]:
     """The final round's measurements, in order: ``1..k``, then ``k..1``, ... for ``passes``
-    passes; candidates whose artifact is not on this machine are left out."""
+    passes; candidates whose artifact is not on this machine are left out. ``gpu`` pins the
+    whole round to one of the pool's GPUs: a round compares its candidates with each other,
+    and one GPU's drift is shared by all of them (another GPU's need not be)."""
     usable = [r for r in ranked if r.build is not None and r.build.artifact_dir]
     order: list[tuple[Remeasure, MeasureRequest]] = []
     for number in range(1, passes + 1):
@@ -71,7 +74,8 @@ def confirmation_requests(ranked: list[RankedCandidate], problem: dict[str, obje
         for r in sequence:
             assert r.build is not None and r.build.artifact_dir
             order.append((Remeasure(r.candidate_id, r.genome_hash, f"confirm{number}"),
-                          MeasureRequest(r.build.artifact_dir, r.genome_hash, dict(problem))))
+                          MeasureRequest(r.build.artifact_dir, r.genome_hash, dict(problem),
+                                         gpu=gpu)))
     return order
 
 

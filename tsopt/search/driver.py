@@ -65,7 +65,13 @@ from tsopt.search.confirm import (
     name_winner,
 )
 from tsopt.search.outcomes import Outcome, open_study, outcome_of, tell
-from tsopt.search.pipeline import EvaluateRequest, space_target, verdict_key_of
+from tsopt.search.pipeline import (
+    EvaluateRequest,
+    Evaluation,
+    judged_verdict_key,
+    space_target,
+    verdict_key_of,
+)
 from tsopt.search.pools.inline import InlineMeasurePool
 from tsopt.search.pools.protocol import BuildDone, BuildPool, MeasureDone, MeasurePool, MeasureRequest
 from tsopt.search.pools.serial import SerialBuildPool
@@ -80,6 +86,7 @@ if TYPE_CHECKING:
 POLL_S = 0.2
 EXIT_INTERRUPTED = 130
 RUN_ATTR = "tsopt_run"  # the user attribute of a trial naming the run that works on it
+DETERMINISTIC_RULE = "tsopt.deterministic"  # a valid proposal a --deterministic run declines
 FOREIGN_POLL_S = 0.5  # how often a run looks for the outcome of a candidate another run holds
 
 
@@ -197,7 +204,7 @@ class Driver:
         from tsopt.core.registry import get_space
         from tsopt.db.store import Store
         from tsopt.search.samplers import KnobView, parse_restrictions
-        from tsopt.verify.verifier import judge_for
+        from tsopt.verify.verifier import VerdictCache, judge_for
 
         request = self.request
         request.validate()
@@ -206,6 +213,10 @@ class Driver:
         # A space screens its knobs with the verifier, which it may not import: it is handed one.
         space.judge = judge_for(space)
         space.check(request.problem)
+        if request.deterministic and not space.has_deterministic_schedule(request.problem):
+            raise UserInputError(f"--deterministic: space {space.name!r} has no deterministic "
+                                 f"schedule for {request.problem} (its reductions use "
+                                 "atomics); drop --deterministic or choose another space")
         if request.arch not in space.archs:
             raise UserInputError(f"--arch {request.arch!r}: space {space.name!r} builds for "
                                  f"{', '.join(space.archs)}")
@@ -216,6 +227,10 @@ class Driver:
                                 parse_restrictions(request.knobs, knobs))
 
         self.store: Store = Store(request.db_url)
+        # Whole verdicts are shared across studies through the database: the proposals'
+        # factor verdicts and the candidates' alike are read before verifying, written after.
+        self.verdicts = VerdictCache(lookup=self.store.find_verdict, judged=self.store)
+        space.judge = judge_for(space, self.verdicts)
         self.name = request.study_name()
         # Optuna's side of the database first: one it cannot use must not leave a study behind.
         self.store.optuna_storage().engine.dispose()
@@ -251,6 +266,7 @@ class Driver:
         import optuna
 
         from tsopt.db.store import HEARTBEAT_S
+        from tsopt.search.proposals import Proposer
         from tsopt.search.samplers import make_sampler
 
         # A resumed run must not replay the first run's random stream (its proposals would all
@@ -262,6 +278,10 @@ class Driver:
             request.seed, len(trials) + others * 104_729)
         self.sampler = self.injected_sampler or make_sampler(request.sampler, seed, self.view)
         self.study.sampler = self.sampler
+        # Every sampler's proposal is repaired into the space's declared legal set.
+        self.proposer = Proposer(self.space, request.problem, self.view, self.space.judge)
+        if hasattr(self.sampler, "bind"):  # evolve: plans completed and ranked in the space
+            self.sampler.bind(self.space, request.problem)
         heartbeat = Heartbeat(self.store, self.run_id, HEARTBEAT_S)
         self.heartbeat = heartbeat
         interrupted_before = signal.getsignal(signal.SIGINT)
@@ -272,6 +292,11 @@ class Driver:
             self.asked = sum(1 for t in trials if t.state != optuna.trial.TrialState.WAITING)
             self._patience_history(trials)
             self.bundle_dir = request.bundle_dir or Path(".tsopt") / "bundles" / self.name
+            if request.library and not trials:
+                from tsopt.search.library import seed_study
+
+                seed_study(self.study, self.space, self.view, request.problem, request.arch,
+                           self.space.judge, lambda text: self.console.print(text, highlight=False))
             if request.warm_start and not trials:
                 self._warm_start()
             signal.signal(signal.SIGINT, self._on_sigint)
@@ -330,10 +355,11 @@ class Driver:
 
             self.pool = ProcessBuildPool(request.workers)
             if self.measure_pool is None and _gpu_here(request.measure):
-                self.measure_pool = InlineMeasurePool()
-                self.run_ids = {0: f"inline-{uuid.uuid4()}"}
-            measuring = ("measuring on this machine's GPU" if self.measure_pool is not None
-                         else "nothing measured here: built candidates go to the bundle")
+                self._measure_here()
+            measuring = ("nothing measured here: built candidates go to the bundle"
+                         if self.measure_pool is None else
+                         f"measuring on {self.measure_pool.slots} of this machine's GPUs"
+                         if self.measure_pool.slots > 1 else "measuring on this machine's GPU")
             self.console.print(f"workers: {self.pool.slots} build processes on this machine "
                                f"({measuring})", highlight=False)
         elif request.workers > 0 or request.ray_address:
@@ -343,10 +369,26 @@ class Driver:
             slots = request.workers or max(1, self.cluster.cpus)
             self.pool = RayBuildPool(slots)
             gpus = self.cluster.gpus if request.measure != "never" else 0
+            devices: tuple[int | None, ...] = ()
+            if (not gpus and request.measure != "never" and not request.ray_address
+                    and self.measure_pool is None and _gpu_here("auto")):
+                # Ray counted no GPU on this machine, which has some: actors on device indices.
+                from tsopt.workers.gpus import measuring_gpus
+
+                devices = measuring_gpus(request.gpus)
+                gpus = len(devices)
             if request.measure == "always" and not gpus:
                 raise UserInputError("measurement was requested but the Ray cluster has no GPU")
+            if request.gpus is not None and not devices and gpus:
+                if request.gpus > gpus:
+                    raise UserInputError(f"--gpus {request.gpus}: the Ray cluster has {gpus} "
+                                         f"GPU{'s' if gpus != 1 else ''}")
+                gpus = request.gpus
             if gpus and self.measure_pool is None:
-                self.measure_pool = RayMeasurePool(gpus)
+                self.measure_pool = (
+                    RayMeasurePool(gpus, gpus_per_actor=0,
+                                   devices=[d if d is not None else 0 for d in devices])
+                    if devices else RayMeasurePool(gpus))
                 self.run_ids = {i: f"ray-{uuid.uuid4()}-gpu{i}" for i in range(gpus)}
             where = request.ray_address or "a local Ray cluster"
             self.console.print(f"workers: {slots} build slots on {where} "
@@ -355,8 +397,18 @@ class Driver:
         else:
             self.pool = SerialBuildPool()
             if self.measure_pool is None and _gpu_here(request.measure):
-                self.measure_pool = InlineMeasurePool()
-                self.run_ids = {0: f"inline-{uuid.uuid4()}"}
+                self._measure_here()
+
+    def _measure_here(self) -> None:
+        """One measuring worker per GPU of this machine (``--gpus``), each pinned to its GPU;
+        each has a run id of its own (a baseline is recorded per GPU)."""
+        from tsopt.workers.gpus import measuring_gpus
+
+        devices = measuring_gpus(self.request.gpus)
+        self.measure_pool = InlineMeasurePool(gpus=devices)
+        run = uuid.uuid4()
+        self.run_ids = ({0: f"inline-{run}"} if len(devices) == 1
+                        else {i: f"inline-{run}-gpu{d}" for i, d in enumerate(devices)})
 
     def _close_workers(self) -> None:
         if self.pool is not None:
@@ -529,12 +581,20 @@ class Driver:
         """Derive the trial's genome; tell a duplicate's known outcome, else start its job."""
         origin = str(trial.user_attrs.get("origin", "suggest"))
         try:
-            genome = self.space.suggest(self.view.wrap(trial), self.request.problem)
+            # An enqueued genome (warm start, library) is meant as it is; a sampler's proposal
+            # is repaired into the legal set.
+            genome = self.proposer.propose(trial, repair=origin == "suggest").genome
         except (ValueError, KeyError) as exc:
             self._tell(trial, Outcome(state="fail", attrs={"suggest_error": str(exc)[:500]}))
             return
         self.stats.proposed += 1
         trial.set_user_attr("genome_hash", genome.hash)
+        if self.request.deterministic and not self.space.is_deterministic(genome):
+            # Not a verdict: the schedule is valid, only not what this run asked for, so
+            # nothing is recorded for other studies to reuse.
+            self.stats.rejected[DETERMINISTIC_RULE] += 1
+            self._tell(trial, Outcome(state="pruned", attrs={"rule": DETERMINISTIC_RULE}))
+            return
         self._place(trial, genome, origin)
 
     def _place(self, trial: Any, genome: Genome, origin: str) -> None:
@@ -629,14 +689,39 @@ class Driver:
     def _submit(self, job: Job) -> None:
         request = self.request
         known_ts = None
+        judged = self._judged(job.genome)
+        if judged is not None and not judged.valid:
+            # Judged before, by this study or another: nothing to verify, nothing to build.
+            self._evaluated(BuildDone(job, Evaluation(judged, judged_verdict_key(
+                self.space, job.genome, request.problem, judged))))
+            return
         key = verdict_key_of(self.space, job.genome, request.problem)
-        if key is not None:
+        if judged is None and key is not None:
             found = self.store.find_verdict(self.space.name, key)
             known_ts = found.to_dict() if found is not None else None
         self.pool.submit(job, EvaluateRequest(
             space_target=self.target, genome_json=job.genome.to_json(),
             problem=request.problem.to_dict(), arch=request.arch,
-            cache_dir=str(Path(request.cache_dir).resolve()), known_ts=known_ts))
+            cache_dir=str(Path(request.cache_dir).resolve()), known_ts=known_ts,
+            known_verdict=judged.to_dict() if judged is not None else None))
+
+    def _judged(self, genome: Genome) -> Verdict | None:
+        """The whole verdict of ``genome`` kept in the database (any study's), else None."""
+        from tsopt.core.space import fault_genes
+        from tsopt.verify.verifier import judged_key
+
+        if fault_genes(genome):
+            return None
+        return self.verdicts.find_judged(judged_key(self.space, genome, self.request.problem))
+
+    def _keep_judged(self, genome: Genome, verdict: Verdict) -> None:
+        from tsopt.core.space import fault_genes
+        from tsopt.verify.verifier import judged_key
+
+        if not fault_genes(genome) and verdict.genome_hash == genome.hash:
+            key = judged_key(self.space, genome, self.request.problem)
+            if self.verdicts.find_judged(key) is None:
+                self.verdicts.record_judged(key, verdict)
 
     def _evaluated(self, built: BuildDone) -> None:
         job, evaluation = built.tag, built.evaluation
@@ -644,6 +729,7 @@ class Driver:
             self._worker_failed(job, built.failure or "the worker gave no evaluation")
             return
         verdict, build = evaluation.verdict, evaluation.build
+        self._keep_judged(job.genome, verdict)
         for step, seconds in evaluation.seconds.items():
             self.stats.seconds[step] = self.stats.seconds.get(step, 0.0) + seconds
         if job.verdict is None:
@@ -766,7 +852,7 @@ class Driver:
         if measured.status == "ok" and measured.median_us is not None:
             self.stats.offer_best(measured.median_us, measured.ratio, job.genome.hash,
                                   job.number, measured.baseline_name)
-            self._recheck_if_contender(job, measured)
+            self._recheck_if_contender(job, measured, done.worker)
         self._finish(job, outcome_of(job.verdict, job.build, measured) or Outcome(state="fail"))
 
     def _note_machine(self, measured: Measurement) -> None:
@@ -795,9 +881,10 @@ class Driver:
             self.study.set_user_attr("machines_changed", True)
 
     # -- measuring again: contenders, and the final confirmation ---------------------------
-    def _recheck_if_contender(self, job: Job, measured: Measurement) -> None:
+    def _recheck_if_contender(self, job: Job, measured: Measurement, gpu: int) -> None:
         """A first ratio within CONTENDER_WITHIN of the incumbent's (or above it): measure the
-        candidate and the incumbent again, one after the other, so neither ranks on one draw."""
+        candidate and the incumbent again, one after the other, so neither ranks on one draw;
+        both on ``gpu`` (the pool's worker that measured the candidate)."""
         if self.measure_pool is None or measured.ratio is None or self.interrupted:
             return
         ranked = self.store.ranked(self.name, limit=2)
@@ -814,7 +901,7 @@ class Driver:
                 self.rechecks += 1
                 self.measure_pool.submit(
                     Remeasure(candidate_id, genome_hash, f"recheck{self.rechecks}"),
-                    MeasureRequest(artifact, genome_hash, problem))
+                    MeasureRequest(artifact, genome_hash, problem, gpu=gpu))
 
     def _remeasured(self, tag: Remeasure, done: MeasureDone) -> None:
         measured = done.result.measurement
@@ -829,7 +916,7 @@ class Driver:
         if self.measure_pool is None or self.interrupted:
             return
         ranked = self.store.ranked(self.name, limit=CONFIRM_TOP_K)
-        order = confirmation_requests(ranked, self.request.problem.to_dict())
+        order = confirmation_requests(ranked, self.request.problem.to_dict(), gpu=0)
         if len(ranked) < 2 or not order:
             return
         self.console.print(f"confirming the top {len(ranked)}: each measured again, twice, in "

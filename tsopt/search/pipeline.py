@@ -47,6 +47,8 @@ class EvaluateRequest:
     arch: str
     cache_dir: str
     known_ts: dict[str, Any] | None = None  # a cached Verdict (to_dict) for the TS gate
+    # The whole verdict of this genome the database keeps (Store.find_judged), when it has one.
+    known_verdict: dict[str, Any] | None = None
     build: bool = True
     # Build in a child process of its own (under the memory limit, an abort contained); a Ray
     # task builds in its worker instead, which Ray replaces when it dies.
@@ -116,6 +118,15 @@ def verdict_key_of(space: SearchSpace, genome: Genome, problem: Problem) -> str 
         return None
 
 
+def judged_verdict_key(space: SearchSpace, genome: Genome, problem: Problem,
+                       verdict: Verdict) -> str:
+    """The verdict-table key :func:`evaluate` records ``verdict`` of ``genome`` under."""
+    from tsopt.verify.verifier import verdict_cache_key
+
+    return (verdict_cache_key(space, genome, problem, verdict.domain)
+            if verdict.stage != "dataflow" else f"dataflow:{genome.hash}")
+
+
 def evaluate(request: EvaluateRequest) -> Evaluation:
     """Verify the genome; build it when valid (and ``request.build``). Never raises for a bad
     candidate: a rejection is the verdict, a failed build a BuildResult with ``error``."""
@@ -123,7 +134,8 @@ def evaluate(request: EvaluateRequest) -> Evaluation:
 
     ensure_arch(request.arch)  # before the space's module imports the DSL
     from tsopt.build.builder import build_isolated, build_limited, build_memory_limit
-    from tsopt.verify.verifier import VerdictCache, verdict_cache_key, verify_genome
+    from tsopt.core.space import fault_genes
+    from tsopt.verify.verifier import VerdictCache, judged_key, verdict_cache_key, verify_genome
 
     start = time.perf_counter()
     cpu_start = _cpu_seconds()
@@ -131,6 +143,12 @@ def evaluate(request: EvaluateRequest) -> Evaluation:
     genome = Genome.from_json(request.genome_json)
     problem = Problem.from_dict(request.problem)
     cache = _VERDICTS.setdefault(request.space_target, VerdictCache())
+    if request.known_verdict is not None and not fault_genes(genome):
+        # The whole verdict of this very genome (this verifier version), kept by the
+        # database: nothing to verify.
+        known = Verdict.from_dict(request.known_verdict)
+        if known.genome_hash == genome.hash:
+            cache.seed_judged(judged_key(space, genome, problem), known)
     if request.known_ts is not None:
         known = Verdict.from_dict(request.known_ts)
         key = verdict_key_of(space, genome, problem)

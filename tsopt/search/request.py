@@ -30,7 +30,13 @@ class TuneRequest:
     ``ray_address``) verifies and builds in Ray tasks; 0 does it here, one at a time.
     ``pool="processes"`` (with ``workers`` > 0) builds in that many local processes instead
     of Ray, and measures on this machine's GPU (:mod:`tsopt.search.pools.process_pool`).
-    ``knobs`` restricts knobs (``"stages=2,4"``).
+    ``knobs`` restricts knobs (``"stages=2,4"``). ``library`` starts a new study from the seed
+    library's schedules for the nearest shape class (:mod:`tsopt.search.library`), before the
+    warm starts; ``sampler`` defaults to ``evolve`` (:mod:`tsopt.search.evolve`).
+    ``deterministic`` keeps to schedules the space calls deterministic
+    (``SearchSpace.is_deterministic``: no atomic reduction); a space with none for the problem
+    is refused before anything is built, and other proposals are pruned as
+    ``tsopt.deterministic``.
     """
 
     space: str
@@ -39,7 +45,7 @@ class TuneRequest:
     built: int | None = None
     measured: int | None = None
     time_budget_s: float | None = None
-    sampler: str = "tpe"
+    sampler: str = "evolve"
     arch: str = "sm_90a"
     study: str | None = None
     db_url: str = "sqlite:///tsopt.db"
@@ -51,8 +57,11 @@ class TuneRequest:
     ray_address: str | None = None
     patience: int | None = None
     warm_start: bool = True
+    library: bool = True  # start from the seed library (tsopt.search.library)
     knobs: tuple[str, ...] = field(default_factory=tuple)
     pool: str = "ray"  # ray | processes: what --workers N runs on
+    gpus: int | None = None  # GPUs measuring, one worker each (None: every one visible)
+    deterministic: bool = False  # only genomes whose output is bit-identical run after run
 
     def study_name(self) -> str:
         """Default: space, problem and arch, e.g. ``copy-fp16-4096x4096-sm_90a``."""
@@ -91,6 +100,8 @@ class TuneRequest:
             raise UserInputError(f"--patience {self.patience} must be at least 1")
         if self.measure not in ("auto", "never", "always"):
             raise UserInputError(f"measure mode {self.measure!r} is not auto, never or always")
+        if self.gpus is not None and self.gpus < 1:
+            raise UserInputError(f"--gpus {self.gpus} must be at least 1 (or all)")
         if self.pool not in POOLS:
             raise UserInputError(f"--pool {self.pool!r} is not one of {', '.join(POOLS)}")
         if self.pool == "processes" and self.workers < 1:

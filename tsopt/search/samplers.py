@@ -17,7 +17,13 @@ things the space does not know about:
   for a persistent grid) fall outside CMA-ES's intersection search space and
   go to the independent sampler too.
 
-Samplers: ``tpe`` (default; multivariate, grouped for conditional knobs, a
+Whatever the sampler, its proposal then goes through ``tsopt.search.proposals``: repaired
+into the space's declared legal set (``SearchSpace.proposal_factors``) before the verifier
+judges it. Parameter names and choices stay the space's knobs, so resumed studies and warm
+starts see the distributions they recorded.
+
+Samplers: ``evolve`` (default; one-gene moves from the best measured candidates, ranked
+by a cost model: :mod:`tsopt.search.evolve`), ``tpe`` (multivariate, grouped for conditional knobs, a
 constant liar so that a batch of asked-but-untold trials spreads out),
 ``random``, ``cmaes`` and ``grid`` (exhaustive over the restricted knob
 product; refused above :data:`GRID_LIMIT` combinations).
@@ -39,7 +45,7 @@ if TYPE_CHECKING:
     from tsopt.core.problem import Problem
     from tsopt.core.space import Knob, SearchSpace
 
-SAMPLERS: tuple[str, ...] = ("tpe", "random", "cmaes", "grid")
+SAMPLERS: tuple[str, ...] = ("evolve", "tpe", "random", "cmaes", "grid")
 GRID_LIMIT = 200_000
 ORDINAL_SUFFIX = "#index"
 
@@ -191,6 +197,10 @@ def make_sampler(name: str, seed: int, view: KnobView) -> optuna.samplers.BaseSa
     import optuna
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    if name == "evolve":  # one-gene moves ranked by a cost model (tsopt.search.evolve)
+        from tsopt.search.evolve import evolve_sampler
+
+        return evolve_sampler(view, seed)
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
                                           constant_liar=True)

@@ -19,28 +19,42 @@ process plants faults on purpose (``TSOPT_ALLOW_FAULT_GENES=1``). Then three gat
    and register feasibility), from the space.
 
 :func:`verify_genome` never raises for an invalid schedule: every outcome is
-a :class:`~tsopt.core.records.Verdict`. The TS gate's outcome is cached by the
-space's ``verdict_key`` (only the genes that can change it); the tsopt gate is
-cheap and runs every time.
+a :class:`~tsopt.core.records.Verdict`. Three memos, each keyed by what can change it:
+
+- the whole verdict, by genome hash + problem key + arch + :func:`verifier_version` (this
+  module, the space's package and the installed DSL), read before anything is judged and
+  written after; a database backs it across studies (:class:`JudgedBacking`, the driver
+  passes the Store's);
+- the TS gate's outcome, by the space's ``verdict_key`` (only the genes that can change it);
+- the TS exhaustive deadlock/race checker (the BFS that costs seconds on deep pipelines), by
+  the space's ``ts_schedule_key`` plus the skeleton's SMEM aliasing: numeric variants of one
+  schedule (register budgets, tile sizes) share one search. TS's other checks run each time.
+
+The tsopt gate is cheap and runs every time a verdict is not memoised whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import hashlib
 import io
+import os
 import re
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, default_problem
 from tsopt.core.records import Verdict
+from tsopt.core.space import JudgedKey
 
 if TYPE_CHECKING:
     from tsopt.core.space import GeneDomain, Judge, SearchSpace
@@ -107,22 +121,82 @@ class _TsOutcome:
     seconds: float
 
 
-class VerdictCache:
-    """TS outcomes by (space, verdict key); thread-safe, optional persistent backing.
+class JudgedBacking(Protocol):
+    """Where whole verdicts persist across processes and studies (``tsopt.db.store.Store``
+    implements it: ``find_judged`` before verifying, ``record_judged`` after)."""
 
-    ``lookup``/``store`` let a database back the cache across runs (the driver
-    passes the Store's find_verdict/record_verdict through them).
+    def find_judged(self, key: JudgedKey) -> Verdict | None: ...
+
+    def record_judged(self, key: JudgedKey, verdict: Verdict) -> None: ...
+
+
+class VerdictCache:
+    """Verifier memos; thread-safe, with optional persistent backing.
+
+    - TS outcomes by (space, verdict key); ``lookup`` lets a database back them (the driver
+      passes the Store's ``find_verdict``).
+    - Whole verdicts by :class:`JudgedKey`; ``judged`` (a :class:`JudgedBacking`, the Store)
+      shares them across studies: read before verifying, written after.
+    - TS exhaustive-checker outcomes by the space's ``ts_schedule_key`` + SMEM aliasing.
     """
 
     def __init__(
         self,
         lookup: Callable[[str, str], Verdict | None] | None = None,
+        judged: JudgedBacking | None = None,
     ) -> None:
         self._memory: dict[tuple[str, str], _TsOutcome] = {}
+        self._judged: dict[JudgedKey, Verdict] = {}
+        self._bfs: dict[tuple[str, str, Any], str | None] = {}
         self._lock = threading.Lock()
         self._lookup = lookup
+        self._backing = judged
         self.hits = 0
         self.misses = 0
+        self.judged_hits = 0
+        self.verified = 0
+        """Verdicts this cache saw judged for real (not found whole in memory or the backing)."""
+        self.bfs_hits = 0
+        self.bfs_runs = 0
+
+    def find_judged(self, key: JudgedKey) -> Verdict | None:
+        with self._lock:
+            found = self._judged.get(key)
+        if found is None and self._backing is not None:
+            found = self._backing.find_judged(key)
+            if found is not None:
+                with self._lock:
+                    self._judged[key] = found
+        if found is not None:
+            with self._lock:
+                self.judged_hits += 1
+        return found
+
+    def seed_judged(self, key: JudgedKey, verdict: Verdict) -> None:
+        """Hold a verdict judged elsewhere (the database's, sent along to a worker)."""
+        with self._lock:
+            self._judged[key] = verdict
+
+    def record_judged(self, key: JudgedKey, verdict: Verdict) -> None:
+        with self._lock:
+            self._judged[key] = verdict
+            self.verified += 1
+        if self._backing is not None:
+            self._backing.record_judged(key, verdict)
+
+    def bfs_get(self, key: tuple[str, str, Any]) -> tuple[bool, str | None]:
+        """(known, error): whether the checker's outcome under ``key`` is memoised, and the
+        error it raised (None: it passed)."""
+        with self._lock:
+            if key in self._bfs:
+                self.bfs_hits += 1
+                return True, self._bfs[key]
+            self.bfs_runs += 1
+            return False, None
+
+    def bfs_put(self, key: tuple[str, str, Any], error: str | None) -> None:
+        with self._lock:
+            self._bfs[key] = error
 
     def get(self, space: str, key: str) -> _TsOutcome | None:
         with self._lock:
@@ -224,8 +298,87 @@ def check_genome_schema(genome: Genome, problem: Problem | None = None,
         raise UserInputError(f"genome {genome.short_hash}: {error}")
 
 
-def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: int) -> _TsOutcome:
-    """Build the TS skeleton on the host; TS's own verdict, never an exception."""
+# -- the exhaustive checker, memoised by the schedule it searches --------------------------
+
+_BFS_CONTEXT: contextvars.ContextVar[tuple[VerdictCache, str, str] | None] = (
+    contextvars.ContextVar("tsopt_bfs_memo", default=None))
+_BFS_PATCH_LOCK = threading.Lock()
+_BFS_PATCHED: list[bool] = []
+
+
+def _alias_fingerprint(manager: Any) -> tuple[Any, ...]:
+    """The SMEM aliasing the checker reads (which resources' byte ranges overlap), by resource
+    name: two skeletons of one schedule key may differ in sizes, and an overlap that appears
+    with larger tiles is a different search."""
+    from cutlass.experimental.task_scheduling.exhaustive_checker import (
+        _collect_resources,
+        build_alias_info,
+    )
+
+    resources = _collect_resources(manager.tasks)
+    names = {id(r): str(getattr(r, "name", type(r).__name__)) for r in resources}
+    maps = build_alias_info(resources)[:3]
+    return tuple(tuple(sorted((names.get(a, "?"), tuple(sorted(names.get(b, "?") for b in bs)))
+                              for a, bs in m.items())) for m in maps)
+
+
+def _install_bfs_memo() -> None:
+    """Route TS's exhaustive checker through the memo of the calling thread's verification
+    (a context variable; outside :func:`run_ts_checks` the checker runs as TS wrote it)."""
+    with _BFS_PATCH_LOCK:
+        if _BFS_PATCHED:
+            return
+        from cutlass.experimental.task_scheduling.task_manager import TaskManager
+
+        original = TaskManager._exhaustive_aliasing_races
+
+        def memoised(self: Any) -> None:
+            context = _BFS_CONTEXT.get()
+            if context is None:
+                original(self)
+                return
+            cache, space_name, key = context
+            full = (space_name, key, _alias_fingerprint(self))
+            known, error = cache.bfs_get(full)
+            if known:
+                if error is not None:
+                    raise ValueError(error)
+                return
+            try:
+                original(self)
+            except ValueError as exc:
+                cache.bfs_put(full, str(exc))
+                raise
+            cache.bfs_put(full, None)
+
+        TaskManager._exhaustive_aliasing_races = memoised  # type: ignore[method-assign]
+        _BFS_PATCHED.append(True)
+
+
+@contextlib.contextmanager
+def _bfs_memo(cache: VerdictCache | None, space: SearchSpace, genome: Genome,
+              problem: Problem, domain: int) -> Iterator[None]:
+    key = None
+    if cache is not None:
+        try:
+            key = space.ts_schedule_key(genome, problem)
+        except (ValueError, KeyError, TypeError, AssertionError):
+            key = None  # genes it cannot read: the checks say why, unmemoised
+    if key is None or cache is None:
+        yield
+        return
+    _install_bfs_memo()
+    token = _BFS_CONTEXT.set((cache, space.name, f"{key}|domain={domain}"))
+    try:
+        yield
+    finally:
+        _BFS_CONTEXT.reset(token)
+
+
+def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: int,
+                  memo: VerdictCache | None = None) -> _TsOutcome:
+    """Build the TS skeleton on the host; TS's own verdict, never an exception. With ``memo``,
+    the exhaustive checker's outcome is memoised by the space's ``ts_schedule_key``."""
     start = time.perf_counter()
     sink = io.StringIO()
     try:
@@ -234,6 +387,7 @@ def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: 
             contextlib.redirect_stdout(sink),
             contextlib.redirect_stderr(sink),
             warnings.catch_warnings(),
+            _bfs_memo(memo, space, genome, problem, domain),
         ):
             warnings.simplefilter("ignore")
             space.build_skeleton(genome, problem, domain)
@@ -262,13 +416,28 @@ def verify_genome(
     (``ProblemError``), never for an invalid schedule.
     """
     from tsopt.core.registry import get_space
+    from tsopt.core.space import fault_genes
 
     space = space or get_space(genome.space)
     problem = problem or default_problem(space.op)
     space.check(problem)
     cache = cache if cache is not None else _DEFAULT_CACHE
     start = time.perf_counter()
+    # A genome that plants a fault is judged by this process's setting: never memoised whole.
+    key = None if fault_genes(genome) else judged_key(space, genome, problem, domain)
+    if key is not None:
+        known = cache.find_judged(key)
+        if known is not None:
+            return replace(known, genome_hash=genome.hash, cached=True,
+                           seconds=time.perf_counter() - start)
+    verdict = _judge(genome, problem, domain, space, cache, start)
+    if key is not None:
+        cache.record_judged(key, verdict)
+    return verdict
 
+
+def _judge(genome: Genome, problem: Problem, domain: int | None, space: SearchSpace,
+           cache: VerdictCache, start: float) -> Verdict:
     error = schema_error(genome, problem, space)
     if error is not None:
         return Verdict.reject(
@@ -295,7 +464,7 @@ def verify_genome(
     outcome = cache.get(space.name, key)
     cached = outcome is not None
     if outcome is None:
-        outcome = run_ts_checks(space, genome, problem, n)
+        outcome = run_ts_checks(space, genome, problem, n, memo=cache)
         cache.put(space.name, key, outcome)
     if not outcome.valid:
         assert outcome.rule is not None and outcome.message is not None
@@ -321,6 +490,52 @@ def verify_genome(
             )
         return Verdict(genome.hash, False, "tsopt", first.rule, message, seconds, n, cached)
     return Verdict(genome.hash, True, "ok", None, None, seconds, n, cached)
+
+
+_VERSIONS: dict[type, str] = {}
+
+
+def _sources(folder: Path) -> Iterator[bytes]:
+    for path in sorted(folder.glob("*.py")):
+        yield path.name.encode()
+        yield path.read_bytes()
+
+
+def verifier_version(space: SearchSpace) -> str:
+    """What a verdict's rules depend on besides the genome and problem: this module, the
+    ground's space interface, the space's package and the shared space code (its kernel,
+    configuration, checks), the installed DSL. A whole verdict is memoised under it, so an
+    edited check or a new DSL never reuses an old verdict. Once per space class a process."""
+    kind = type(space)
+    if kind not in _VERSIONS:
+        import importlib.metadata
+        import sys
+
+        from tsopt.core import space as space_module
+
+        digest = hashlib.sha256(Path(__file__).read_bytes())
+        digest.update(Path(space_module.__file__ or "").read_bytes())
+        package = Path(sys.modules[kind.__module__].__file__ or "").parent
+        for folder in (package, package.parent / "common"):
+            for chunk in _sources(folder):
+                digest.update(chunk)
+        try:
+            digest.update(importlib.metadata.version("nvidia-cutlass-dsl").encode())
+        except importlib.metadata.PackageNotFoundError:
+            digest.update(b"dsl:unknown")
+        _VERSIONS[kind] = digest.hexdigest()[:16]
+    return _VERSIONS[kind]
+
+
+def judged_key(space: SearchSpace, genome: Genome, problem: Problem,
+               domain: int | None = None) -> JudgedKey:
+    """The key a whole verdict of ``genome`` is memoised under (a domain other than the
+    space's own is part of the problem key)."""
+    from tsopt.core.dsl_env import DEFAULT_ARCH
+
+    problem_key = problem.key if domain is None else f"{problem.key}|domain={domain}"
+    return JudgedKey(space.name, genome.hash, problem_key,
+                     os.environ.get("CUTE_DSL_ARCH") or DEFAULT_ARCH, verifier_version(space))
 
 
 def verdict_cache_key(

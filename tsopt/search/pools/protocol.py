@@ -35,11 +35,17 @@ class BuildDone:
 
 @dataclass(frozen=True)
 class MeasureRequest:
-    """One built candidate to check and time."""
+    """One built candidate to check and time.
+
+    ``gpu`` pins it to one of the pool's GPU workers (the ``worker`` of a
+    :class:`MeasureDone`): measurements compared with each other (a contender and the
+    incumbent, a confirmation round) are taken on the same GPU. None: whichever is free.
+    """
 
     artifact_dir: str
     genome_hash: str
     problem: dict[str, Any]
+    gpu: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,13 +122,42 @@ class MeasurePool(Protocol):
 
 
 class MeasureQueue:
-    """The waiting line of a measuring pool: requests submitted, not yet handed to a GPU."""
+    """The waiting line of a measuring pool: requests submitted, not yet handed to a GPU.
+
+    A pool of several GPU workers takes requests with :meth:`_next_for`, which honours a
+    request's pin (``gpu``); a pin to a worker the pool has lost (:meth:`_lose`) moves to
+    the first worker left, so the requests pinned together stay together.
+    """
 
     def __init__(self) -> None:
         self._queue: deque[tuple[Any, MeasureRequest]] = deque()
+        self._lost: set[int] = set()
+        self._workers = 1
 
     def submit(self, tag: Any, request: MeasureRequest) -> None:
         self._queue.append((tag, request))
+
+    def _target(self, request: MeasureRequest) -> int | None:
+        if request.gpu is None:
+            return None
+        if request.gpu not in self._lost and 0 <= request.gpu < self._workers:
+            return request.gpu
+        alive = [w for w in range(self._workers) if w not in self._lost]
+        return alive[0] if alive else None
+
+    def _next_for(self, worker: int) -> tuple[Any, MeasureRequest] | None:
+        """The first queued request that ``worker`` may take (unpinned, or pinned to it)."""
+        for position, (tag, request) in enumerate(self._queue):
+            target = self._target(request)
+            if target is None or target == worker:
+                del self._queue[position]
+                return tag, request
+        return None
+
+    def _lose(self, worker: int) -> bool:
+        """``worker`` cannot measure any more; True while the pool has another."""
+        self._lost.add(worker)
+        return len(self._lost) < self._workers
 
     def drop_queued(self) -> list[Any]:
         tags = [tag for tag, _ in self._queue]

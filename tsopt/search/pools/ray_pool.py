@@ -16,7 +16,12 @@ nodes built.
 - :class:`MeasureActor` (``num_gpus=1``) holds one persistent
   :class:`~tsopt.search.pools.inline.GpuMeasurer` (the torch-only runner in a child process
   under the watchdog, replaced after hangs and faults); a dying actor is restarted and
-  its call retried once (``max_restarts=-1, max_task_retries=1``).
+  its call retried once (``max_restarts=-1, max_task_retries=1``). Ray sets the actor's
+  ``CUDA_VISIBLE_DEVICES`` to its GPU, so its measuring child sees that GPU alone; where Ray
+  counts no GPU on a machine that has some, the actors take none of Ray's and are pinned to
+  device indices instead. A request pinned to an actor (a contender with the incumbent, the
+  confirmation round) waits for that actor; an actor whose GPU cannot measure is dropped while
+  others are left, and its requests go to them.
 
 The driver alone writes the database; these only compute.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -148,8 +154,11 @@ class MeasureActor:
     """Measures candidates on the GPU Ray gave it, through one persistent measurer."""
 
     def __init__(self, runs: int = 50, warmup: int = 10, checks: int = 2,
-                 isolation: str = "worker") -> None:
-        self.gpu = GpuMeasurer(runs, warmup, checks, isolation)
+                 isolation: str = "worker", gpu: int | None = None,
+                 label: int | None = None) -> None:
+        """``gpu``: the device to measure on when Ray gave this actor none (None: the one
+        Ray gave it); ``label``: the pool's number for it, which its measurements name."""
+        self.gpu = GpuMeasurer(runs, warmup, checks, isolation, gpu=gpu, label=label)
 
     def measure(self, request: MeasureRequest) -> MeasureResult:
         return self.gpu.measure(request)
@@ -172,12 +181,20 @@ class RayMeasurePool(MeasureQueue):
     name = "ray"
 
     def __init__(self, gpus: int, runs: int = 50, warmup: int = 10, checks: int = 2,
-                 gpus_per_actor: float = 1) -> None:
-        """``gpus`` actors of ``gpus_per_actor`` GPUs each (0: on a CPU, for tests)."""
+                 gpus_per_actor: float = 1, devices: Sequence[int] | None = None) -> None:
+        """``gpus`` actors of ``gpus_per_actor`` GPUs each. ``gpus_per_actor=0`` places them
+        without Ray's GPUs: on ``devices`` (device indices of this machine, one per actor:
+        where Ray sees no GPU the machine has), or on a CPU (tests)."""
         super().__init__()
+        if devices is not None and len(devices) != gpus:
+            raise ValueError(f"{gpus} actors need {gpus} devices, not {list(devices)}")
         actor = MeasureActor.options(num_gpus=gpus_per_actor)  # type: ignore[attr-defined]
-        self.actors = [actor.remote(runs, warmup, checks) for _ in range(gpus)]
+        self.actors = [actor.remote(runs, warmup, checks, "worker",
+                                    devices[i] if devices is not None else None, i)
+                       for i in range(gpus)]
+        self._workers = len(self.actors)
         self._idle = list(range(len(self.actors)))
+        self.notes: list[str] = []  # actors lost while others went on
         self._inflight: dict[Any, tuple[Any, int, MeasureRequest]] = {}
 
     @property
@@ -189,25 +206,39 @@ class RayMeasurePool(MeasureQueue):
 
     def poll(self, timeout: float) -> list[MeasureDone]:
         """Each finished measurement; an actor that died twice measured a ``crash``."""
-        while self._idle and self._queue:
-            index = self._idle.pop(0)
-            tag, request = self._queue.popleft()
-            self._inflight[self.actors[index].measure.remote(request)] = (tag, index, request)
+        # Handed out here only, never after results: a caller that stops measuring on an
+        # unusable result drops what is still queued, and nothing must be in flight then.
+        self._dispatch()
         if not self._inflight:
             return []
         done: list[MeasureDone] = []
         for ref in _finished(list(self._inflight), timeout):
             tag, index, request = self._inflight.pop(ref)
-            self._idle.append(index)
             try:
                 result = ray.get(ref)
             except ray.exceptions.RayError as exc:
                 why = f"measuring actor died twice (retried once): {failure_text(exc)}"
                 problem_key = Problem.from_dict(request.problem).key
                 result = MeasureResult(Measurement(request.genome_hash, problem_key, "crash",
-                                                   error=why))
+                                                   error=why, conditions={"gpu": index}))
+            if result.unusable is not None and self._lose(index):
+                # This actor's GPU cannot measure; the others can: its request waits for them.
+                self.notes.append(f"measuring actor {index} stopped: {result.unusable}")
+                self._queue.appendleft((tag, request))
+                continue
+            self._idle.append(index)
             done.append(MeasureDone(tag, index, result))
         return done
+
+    def _dispatch(self) -> None:
+        """Hand each idle actor the first request it may take (see MeasureQueue)."""
+        for index in list(self._idle):
+            item = self._next_for(index)
+            if item is None:
+                continue
+            self._idle.remove(index)
+            tag, request = item
+            self._inflight[self.actors[index].measure.remote(request)] = (tag, index, request)
 
     def close(self) -> list[str]:
         summaries = []
@@ -217,4 +248,4 @@ class RayMeasurePool(MeasureQueue):
             except (ray.exceptions.RayError, TimeoutError):
                 pass
             ray.kill(actor)
-        return [s for s in summaries if s]
+        return self.notes + [s for s in summaries if s]

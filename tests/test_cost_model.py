@@ -1,0 +1,136 @@
+"""The cost model (tsopt.search.cost_model) against committed H200 measurements.
+
+- the analytical estimate orders GEMM schedules measured on the H200
+  (``bench/gemm_h200/gemm-epilogue.json``, ``gemm-first.json``): a known-slow and a known-fast
+  schedule, and nearly every pair measured more than 10 % apart;
+- the learned part, fitted on 70 % of the random study's 415 measured candidates at 8192³
+  (``bench/search_efficiency_h200/studies-random.json.xz``), predicts the other 30 % better
+  than the analytical estimate alone (on a fitted line) and than the mean;
+- boosted stumps recover a step function.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import lzma
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tsopt.search.cost_model import CostModel, fit_stumps, gemm_estimate, predict_stumps
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+
+
+def flat_genes(genome: dict[str, Any]) -> dict[str, Any]:
+    genes = {**genome["structure"], **genome["numeric"]}
+    for task, ops in genome["schedule"].items():
+        genes[f"schedule.{task}"] = "|".join(f"{op}:{section}" for op, section in ops)
+    return genes
+
+
+def measured_rows(path: Path, problem: dict[str, Any]) -> dict[str, tuple[dict[str, Any], float]]:
+    """label -> (genes, ratio to cuBLAS) of the correct timings of ``problem`` in a result file."""
+    doc = json.loads(path.read_text())
+    rows = {}
+    for row in doc["results"]:
+        m = row.get("measurement") or {}
+        if row["problem"] == problem and m.get("status") == "ok" and m.get("ratio"):
+            rows[row["label"]] = (flat_genes(row["genome"]), float(m["ratio"]))
+    return rows
+
+
+SQUARE = {"op": "gemm", "dtype": "bf16", "m": 8192, "n": 8192, "k": 8192}
+SIZES = {"m": 8192, "n": 8192, "k": 8192}
+
+
+def test_analytical_estimate_orders_a_known_slow_and_a_known_fast_schedule() -> None:
+    rows = measured_rows(BENCH / "gemm_h200" / "gemm-epilogue.json", SQUARE)
+    fast_genes, fast_ratio = rows["8192^3 | best"]
+    slow_genes, slow_ratio = rows["8192^3 | separate 64x128 s4 1x1 tma_store"]
+    assert fast_ratio > 1.0 and slow_ratio < 0.6  # as measured on the H200
+    fast, slow = gemm_estimate(fast_genes, SIZES), gemm_estimate(slow_genes, SIZES)
+    assert fast is not None and slow is not None
+    assert fast.relative < slow.relative
+    # The terms say why: the narrow separate tile moves more bytes per flop.
+    assert fast.terms["intensity"] > slow.terms["intensity"]
+
+    first = measured_rows(BENCH / "gemm_h200" / "gemm-first.json", SQUARE)
+    fast_genes, fast_ratio = first["persistent swizzle8"]
+    slow_genes, slow_ratio = first["1 consumer 128x128"]
+    assert fast_ratio > slow_ratio * 1.3
+    assert gemm_estimate(fast_genes, SIZES).relative < gemm_estimate(slow_genes, SIZES).relative  # type: ignore[union-attr]
+
+
+def test_analytical_estimate_orders_most_pairs_measured_far_apart() -> None:
+    rows = list(measured_rows(BENCH / "gemm_h200" / "gemm-epilogue.json", SQUARE).values())
+    pairs = [(a, b) for a, b in itertools.combinations(rows, 2)
+             if abs(math.log(a[1] / b[1])) > 0.1]
+    agree = sum((a[1] > b[1]) == (gemm_estimate(a[0], SIZES).relative  # type: ignore[union-attr]
+                                  < gemm_estimate(b[0], SIZES).relative)  # type: ignore[union-attr]
+                for a, b in pairs)
+    assert len(pairs) >= 30
+    assert agree / len(pairs) >= 0.9, f"{agree} of {len(pairs)} pairs ordered"
+
+
+def test_no_estimate_for_a_space_without_gemm_tiles() -> None:
+    assert gemm_estimate({"box_rows": 8, "stages": 2}, {"rows": 4096, "cols": 4096}) is None
+    model = CostModel({"rows": 4096, "cols": 4096})
+    assert list(model.predict([{"box_rows": 8}, {"box_rows": 16}])) == [0.0, 0.0]
+
+
+@pytest.fixture(scope="module")
+def random_study() -> list[tuple[dict[str, Any], float]]:
+    """(genes, relative time) of every correct timing of the 8192³ random study (H200)."""
+    path = BENCH / "search_efficiency_h200" / "studies-random.json.xz"
+    (study,) = json.loads(lzma.open(path).read())
+    rows = []
+    for c in study["candidates"]:
+        ok = [m for m in c.get("measurements", []) if m["status"] == "ok" and m.get("ratio")]
+        if ok:
+            rows.append((flat_genes(c["genome"]), 1.0 / float(ok[0]["ratio"])))
+    return rows
+
+
+def test_learned_part_reduces_held_out_error(random_study: list[tuple[dict[str, Any], float]]) -> None:
+    assert len(random_study) == 415
+    y_all = np.log([v for _, v in random_study])
+    rng = np.random.default_rng(0)
+    learned, analytical, mean = [], [], []
+    for _ in range(3):
+        order = rng.permutation(len(random_study))
+        train, test = order[: int(0.7 * len(order))], order[int(0.7 * len(order)):]
+        model = CostModel(SIZES).fit([random_study[i][0] for i in train],
+                                     [random_study[i][1] for i in train])
+        assert model.learned
+        y = y_all[test]
+        learned.append(np.sqrt(np.mean((model.predict([random_study[i][0] for i in test]) - y) ** 2)))
+        # The analytical estimate alone, on the least-squares line over the same training set.
+        a = np.array([math.log(gemm_estimate(g, SIZES).relative) for g, _ in random_study])  # type: ignore[union-attr]
+        slope, intercept = np.polyfit(a[train], y_all[train], 1)
+        analytical.append(np.sqrt(np.mean((intercept + slope * a[test] - y) ** 2)))
+        mean.append(np.sqrt(np.mean((np.mean(y_all[train]) - y) ** 2)))
+    assert np.mean(learned) < np.mean(analytical) < np.mean(mean)
+    assert np.mean(learned) < 0.95 * np.mean(analytical)
+
+
+def test_too_few_measurements_rank_by_the_analytical_estimate_alone(
+        random_study: list[tuple[dict[str, Any], float]]) -> None:
+    few = random_study[:5]
+    model = CostModel(SIZES).fit([g for g, _ in few], [v for _, v in few])
+    assert not model.learned
+    expected = [math.log(gemm_estimate(g, SIZES).relative) for g, _ in few]  # type: ignore[union-attr]
+    assert np.allclose(model.predict([g for g, _ in few]), expected)
+
+
+def test_boosted_stumps_recover_a_step() -> None:
+    x = np.arange(40, dtype=float).reshape(-1, 1)
+    y = np.where(x[:, 0] < 17, 1.0, -2.0)
+    stumps = fit_stumps(x, y, rounds=40, rate=0.5)
+    assert 16 < stumps[0].threshold < 17
+    assert np.max(np.abs(predict_stumps(stumps, x) - y)) < 1e-3

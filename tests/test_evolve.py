@@ -1,0 +1,195 @@
+"""The ``evolve`` sampler (tsopt.search.evolve): one-gene moves, ranked by the cost model.
+
+Real parts: the copy and GEMM spaces and their knobs, the TS verifier, Optuna studies in
+SQLite, the ``tsopt tune`` command (DSL compiles for sm_90a on this CPU, nothing measured:
+no GPU here). The objective told in the sampler test is SYNTHETIC (a made-up function of the
+genes, named so); the simulation replays H200 measurements committed in
+``bench/search_efficiency_h200/studies-random.json.xz``.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from tsopt.core.problem import Problem
+from tsopt.core.registry import get_space
+from tsopt.search.evolve import (
+    Evolution,
+    Observation,
+    _PlanTrial,
+    mutate,
+    params_key,
+    space_completer,
+)
+from tsopt.search.library import load_library, lookup
+from tsopt.search.samplers import SAMPLERS, KnobView, make_sampler
+from tsopt.verify.verifier import judge_for
+
+ROOT = Path(__file__).resolve().parents[1]
+COPY = Problem.of("copy", "fp16", rows=4096, cols=4096)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture(scope="module")
+def copy_space():  # type: ignore[no-untyped-def]
+    space = get_space("copy")
+    space.judge = judge_for(space)
+    return space
+
+
+def test_evolve_is_the_default_sampler() -> None:
+    from tsopt.search.request import TuneRequest
+
+    assert SAMPLERS[0] == "evolve"
+    assert TuneRequest(space="copy", problem=COPY).sampler == "evolve"
+
+
+def test_one_gene_moves_stay_in_the_gene_domains_and_are_mostly_valid(copy_space) -> None:  # type: ignore[no-untyped-def]
+    """From the library's best copy schedule, 30 one-gene moves: every genome fits the
+    space's gene schema, each differs from its parent in one knob, and the real verifier
+    accepts most of them."""
+    view = KnobView.of(copy_space, COPY, "evolve")
+    choices = {k.name: view.choices(k.name, k.choices) for k in view.knobs}
+    (best,) = lookup(load_library(), "copy", COPY, "sm_90a", limit=1)
+    parent = copy_space.params_of(best.genome)
+    complete = space_completer(copy_space, COPY, view)
+    rng = random.Random(1)
+    valid = 0
+    for i in range(30):
+        child = mutate(parent, choices, rng)
+        assert sum(child[n] != parent[n] for n in parent) == 1
+        assert all(child[n] in choices[n] for n in child)
+        params = complete(child, random.Random(i))
+        genome = copy_space.suggest(_PlanTrial(params, random.Random(0), view), COPY)
+        assert copy_space.schema_error(genome, COPY) is None
+        valid += copy_space.judge(genome, COPY).valid
+    assert valid >= 18, f"{valid} of 30 one-gene moves valid"
+
+
+def test_numeric_moves_mostly_step_to_a_neighbour() -> None:
+    choices = {"stages": (2, 3, 4, 5, 6, 7, 8)}
+    rng = random.Random(0)
+    steps = [abs(mutate({"stages": 5}, choices, rng)["stages"] - 5) for _ in range(400)]
+    assert 0.6 < steps.count(1) / len(steps) < 0.85
+    assert set(steps) <= {1, 2, 3}
+
+
+def synthetic_value(params: dict[str, Any]) -> float:
+    """SYNTHETIC objective (no measurement): fastest at stages 4, box 64x128, vector 8."""
+    value = 1.0 + abs(int(params.get("stages", 1)) - 4) * 0.05
+    value += 0.1 * (params.get("box_cols") != 128) + 0.1 * (params.get("box_rows") != 64)
+    return value + 0.2 * (params.get("vector") != 8)
+
+
+def test_the_sampler_proposes_unseen_legal_neighbours_in_a_real_study(
+        tmp_path: Path, copy_space) -> None:  # type: ignore[no-untyped-def]
+    view = KnobView.of(copy_space, COPY, "evolve")
+    sampler = make_sampler("evolve", 3, view)
+    sampler.bind(copy_space, COPY)
+    assert sampler.evolution.legal is not None  # the copy space declares its legal set
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'e.db'}", sampler=sampler)
+    shown = []
+    for _ in range(24):
+        trial = study.ask()
+        params = {}
+        genome = copy_space.suggest(_Recorder(view.wrap(trial), params), COPY)
+        assert copy_space.schema_error(genome, COPY) is None
+        shown.append(params)
+        study.tell(trial, synthetic_value(params))
+    keys = [params_key(p) for p in shown]
+    assert len(set(keys)) == len(keys), "a parameter set was proposed twice"
+    hows = [t.user_attrs.get("evolve", {}).get("how") for t in study.trials]
+    assert hows[0] == "random"  # nothing measured yet: random draws, ranked by the model
+    assert hows.count("mutate") >= 12
+    legal = sampler.evolution.legal
+    assert sum(legal(p) for p in shown[1:]) == len(shown) - 1  # planned proposals are legal
+    assert study.best_value <= min(synthetic_value(p) for p in shown[:4])
+
+
+class _Recorder:
+    def __init__(self, trial: Any, into: dict[str, Any]) -> None:
+        self.trial, self.into = trial, into
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        self.into[name] = self.trial.suggest_categorical(name, choices)
+        return self.into[name]
+
+
+def measured_table() -> dict[tuple[tuple[str, str], ...], tuple[dict[str, Any], float]]:
+    """The 8192³ random study's 415 correct timings (H200): params -> (params, relative time)."""
+    path = ROOT / "bench" / "search_efficiency_h200" / "studies-random.json.xz"
+    (study,) = json.loads(lzma.open(path).read())
+    table = {}
+    for c in study["candidates"]:
+        ok = [m for m in c.get("measurements", []) if m["status"] == "ok" and m.get("ratio")]
+        if ok:
+            g = c["genome"]
+            params = {**g["structure"], **g["numeric"]}
+            for task, ops in g["schedule"].items():
+                params[f"schedule.{task}"] = "|".join(f"{op}:{s}" for op, s in ops)
+            table[params_key(params)] = (params, 1.0 / float(ok[0]["ratio"]))
+    return table
+
+
+@pytest.mark.slow
+def test_simulated_on_a_measured_table_it_needs_a_quarter_of_random_searchs_measurements() -> None:
+    """Replayed on the table (proposals limited to its members; a move goes to the nearest
+    unseen member): measurements until within 2 % of the table's best, against random
+    search's expected (N + 1) / (hits + 1)."""
+    table = measured_table()
+    rows = list(table.values())
+    best = min(v for _, v in rows)
+    hits = sum(v <= best * 1.02 for _, v in rows)
+    random_expected = (len(rows) + 1) / (hits + 1)
+    assert len(rows) == 415 and random_expected > 100
+    choices: dict[str, list[Any]] = {}
+    for params, _ in rows:
+        for name, value in params.items():
+            if value not in choices.setdefault(name, []):
+                choices[name].append(value)
+    counts = []
+    for seed in range(3):
+        evolution = Evolution(choices, seed, sizes={"m": 8192, "n": 8192, "k": 8192},
+                              universe=[p for p, _ in rows])
+        history: list[Observation] = []
+        while not history or history[-1].value > best * 1.02:  # type: ignore[operator]
+            params = evolution.propose(history)
+            history.append(Observation(params, table[params_key(params)][1]))
+        counts.append(len(history))
+    assert sorted(counts)[1] <= random_expected / 4, (counts, random_expected)
+
+
+@pytest.mark.slow
+def test_tune_gemm_with_the_default_sampler_builds_without_a_gpu(tmp_path: Path) -> None:
+    """`tsopt tune gemm ... --built 2` with every default (evolve, seed library on): the
+    library's schedule for the nearest class is the first trial, and the run ends once two
+    candidates are built (compiled for sm_90a here; nothing measured)."""
+    env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(ROOT), CUTE_DSL_ARCH="sm_90a")
+    db = tmp_path / "t.db"
+    out = subprocess.run(
+        [sys.executable, "-m", "tsopt", "tune", "gemm", "--m", "2048", "--n", "2048", "--k",
+         "8192", "--built", "2", "--db", f"sqlite:///{db}", "--no-warm-start"],
+        cwd=tmp_path, env=env, text=True, capture_output=True, timeout=1500)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "seed library:" in out.stdout
+    study = optuna.load_study(study_name="gemm-bf16-2048x2048x8192-sm_90a",
+                              storage=f"sqlite:///{db}")
+    first = min(study.trials, key=lambda t: t.number)
+    assert first.user_attrs.get("seed_library")
+    from tsopt.db.store import Store
+
+    with Store(f"sqlite:///{db}") as store:
+        assert store.funnel("gemm-bf16-2048x2048x8192-sm_90a")["built"] >= 2
+        info = store.get_study("gemm-bf16-2048x2048x8192-sm_90a")
+        assert info is not None and info.sampler == "evolve"

@@ -1,0 +1,251 @@
+"""``tsopt library show`` and ``tsopt library update``: the seed library (tsopt.search.library).
+
+``update`` reads finished studies from a database (``--db``, their standings: paired ratios
+with intervals) and/or committed measured evidence (``--evidence FILE``, each entry's source
+is the file): study dumps (``bench/*/studies*.json[.xz]``, a list of studies with their
+candidates), the GEMM experiment's result files (``results`` with genome and measurement),
+paired headline rounds (``results`` with ``genome_hash`` and ``median_ratio``) and bundle
+results (``format: tsopt-bundle-results``, a ``genome_hash`` per measurement). A file that
+names genomes by hash only takes them from the other files given, from a ``manifest.json``
+beside it, or from the space's own seed and ``diverse_genomes`` (the gridstride bundles were
+built from those).
+
+The shipped library was made from the committed H200 evidence by::
+
+    tsopt library update --library tsopt/data/seed_library.json \
+        --evidence 'bench/gemm_h200/gemm-*.json' --evidence 'bench/paired_h200/*.results.json' \
+        --evidence bench/tune_h200/studies.json --evidence 'bench/copy_h200/copy-*-fenced/results.json' \
+        --evidence 'bench/gridstride_h200/results-*.json'
+
+(the copy's unfenced ``copy-*-r1`` rounds are left out: that template had a race).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import lzma
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tsopt.core.errors import UserInputError
+from tsopt.core.genome import Genome
+from tsopt.core.problem import Problem, ProblemError, parse_problem_spec
+from tsopt.search.library import (
+    LibraryEntry,
+    entries_from_store,
+    library_path,
+    load_library,
+    merge,
+    save_library,
+    shape_class,
+)
+
+
+def _read(path: Path) -> Any:
+    try:
+        raw = lzma.open(path).read() if path.suffix == ".xz" else path.read_bytes()
+        return json.loads(raw)
+    except (OSError, lzma.LZMAError, json.JSONDecodeError) as exc:
+        raise UserInputError(f"--evidence {path}: not readable JSON ({exc})") from None
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _ok(m: Any) -> bool:
+    return isinstance(m, dict) and m.get("status") == "ok" and bool(m.get("ratio"))
+
+
+def _genomes_in(doc: Any, found: dict[str, Genome]) -> None:
+    """Every genome a document holds, by hash (results, candidates, manifests)."""
+    items: list[Any] = []
+    if isinstance(doc, list):
+        for study in doc:
+            if isinstance(study, dict):
+                items += study.get("candidates", [])
+    elif isinstance(doc, dict):
+        items += doc.get("results", []) + doc.get("candidates", [])
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("genome"), dict):
+            try:
+                genome = Genome.from_dict(item["genome"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            found[genome.hash] = genome
+
+
+def _space_genomes(problem: Problem, found: dict[str, Genome]) -> None:
+    """The seed and ``diverse_genomes`` of every space of the problem's op (bundles built
+    from them name their genomes by hash only)."""
+    from tsopt.core.registry import SPACES, get_space
+
+    for entry in SPACES.values():
+        if entry.op != problem.op:
+            continue
+        space = get_space(entry.name)
+        try:
+            space.check(problem)
+        except ProblemError:
+            continue
+        found.setdefault(space.seed_genome(problem).hash, space.seed_genome(problem))
+        diverse = getattr(space, "diverse_genomes", None)
+        if diverse is not None:
+            for genome in diverse(problem, 64):
+                found.setdefault(genome.hash, genome)
+
+
+def _problem_of_key(key: str) -> Problem:
+    op, dtype, sizes = key.split("-", 2)
+    return parse_problem_spec(f"{op}:{dtype}:{sizes}")
+
+
+def entries_from_evidence(paths: Sequence[Path], arch: str = "sm_90a",
+                          root: Path | None = None) -> list[LibraryEntry]:
+    """Library entries from committed measured evidence (see the module doc); each names its
+    file (relative to ``root``) and the row it came from."""
+    docs = [(p, _read(p)) for p in paths]
+    genomes: dict[str, Genome] = {}
+    for path, doc in docs:
+        _genomes_in(doc, genomes)
+        manifest = path.parent / "manifest.json"
+        if manifest.exists():
+            _genomes_in(_read(manifest), genomes)
+    entries: list[LibraryEntry] = []
+
+    def name(path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to((root or Path.cwd()).resolve()))
+        except ValueError:
+            return str(path)
+
+    def add(genome: Genome | None, problem: Problem, ratios: list[float], paired: bool,
+            source: str, lo: float | None = None, hi: float | None = None,
+            when: str | None = None) -> None:
+        if genome is None or not ratios:
+            return
+        entries.append(LibraryEntry(genome.space, problem, arch, genome, _median(ratios), paired,
+                                    source, lo, hi, when))
+
+    for path, doc in docs:
+        where = name(path)
+        if isinstance(doc, list):  # study dumps
+            for study in doc:
+                problem = Problem.from_dict(study["problem"])
+                for c in study.get("candidates", []):
+                    ok = [m for m in c.get("measurements", []) if _ok(m)]
+                    paired = any(m.get("ratio_lo") is not None for m in ok)
+                    if paired:
+                        ok = [m for m in ok if m.get("ratio_lo") is not None]
+                    add(genomes.get(c.get("genome_hash", "")), problem,
+                        [float(m["ratio"]) for m in ok], paired,
+                        f"{where}: study {study.get('name')}",
+                        when=max((str(m.get("measured_at", "")) for m in ok), default=None))
+            continue
+        if not isinstance(doc, dict):
+            continue
+        if doc.get("format") == "tsopt-bundle-results":
+            measured = [m for m in doc.get("measurements", []) if _ok(m)]
+            for m in measured:
+                if m["genome_hash"] not in genomes:
+                    _space_genomes(_problem_of_key(m["problem_key"]), genomes)
+                    break
+            for m in measured:
+                paired = m.get("ratio_lo") is not None
+                add(genomes.get(m["genome_hash"]), _problem_of_key(m["problem_key"]),
+                    [float(m["ratio"])], paired, f"{where}: {m['genome_hash'][:12]}",
+                    m.get("ratio_lo"), m.get("ratio_hi"),
+                    doc.get("updated_at") or doc.get("started_at"))
+            continue
+        for row in doc.get("results", []):
+            problem = Problem.from_dict(row["problem"])
+            genome_hash = row.get("genome_hash") or (row.get("genome") or {}).get("hash")
+            genome = (Genome.from_dict(row["genome"]) if isinstance(row.get("genome"), dict)
+                      else genomes.get(str(genome_hash)))
+            label = f"{where}: {row.get('label', genome.short_hash if genome else '?')}"
+            if "median_ratio" in row and row.get("correct", True):
+                # Rounds alternating the candidate with the vendor baseline: paired.
+                # Its rounds' spread is no 95 % interval: none is claimed.
+                add(genome, problem, [float(row["median_ratio"])], True, label,
+                    when=doc.get("measured_at"))
+            elif _ok(row.get("measurement")):
+                m = row["measurement"]
+                add(genome, problem, [float(m["ratio"])], m.get("ratio_lo") is not None, label,
+                    m.get("ratio_lo"), m.get("ratio_hi"), doc.get("measured_at"))
+    return entries
+
+
+def library_update(db: str | None, studies: Sequence[str], evidence: Sequence[Path],
+                   path: Path | None, console: Console) -> int:
+    """Merge the best of ``db``'s finished studies (or ``studies``) and of ``evidence`` into
+    the library at ``path``; prints what changed. Returns 0."""
+    if db is None and not evidence:
+        raise UserInputError("tsopt library update: give --db URL (finished studies) or "
+                             "--evidence FILE (committed results)")
+    for p in evidence:
+        if not p.exists():
+            raise UserInputError(f"--evidence {p}: no such file")
+    new: list[LibraryEntry] = []
+    if db is not None:
+        from tsopt.db.store import Store
+
+        store = Store(db)
+        try:
+            known = {s.name for s in store.list_studies()}
+            missing = [s for s in studies if s not in known]
+            if missing:
+                raise UserInputError(f"--study {missing[0]!r}: no such study in {db}")
+            new += entries_from_store(store, list(studies) or None, source=db)
+        finally:
+            store.close()
+    new += entries_from_evidence(list(evidence))
+    where = library_path(path)
+    before = load_library(where)
+    after = merge(before, new)
+    save_library(after, where)
+    held = {(e.space, e.problem.key, e.genome.hash) for e in before}
+    added = [e for e in after if (e.space, e.problem.key, e.genome.hash) not in held]
+    console.print(f"seed library {where}: {len(after)} entries ({len(added)} new, from "
+                  f"{len(new)} measured genomes read)", highlight=False)
+    for e in added:
+        console.print(f"  + {e.space} {e.problem.key} {e.genome.short_hash} {e.ratio:.3f}x "
+                      f"({'paired' if e.paired else 'unpaired'}; {e.source})", highlight=False)
+    return 0
+
+
+def library_show(path: Path | None, space: str | None, console: Console,
+                 as_json: bool = False) -> int:
+    entries = [e for e in load_library(path) if space is None or e.space == space]
+    if as_json:
+        console.print_json(json.dumps([e.to_dict() for e in entries]))
+        return 0
+    table = Table(title=f"seed library {library_path(path)}")
+    for column in ("space", "shape class", "problem", "genome", "ratio", "evidence", "source"):
+        table.add_column(column)
+    for e in sorted(entries, key=lambda e: (e.space, shape_class(e.problem), e.problem.key,
+                                            e.rank_key())):
+        interval = (f" [{e.ratio_lo:.3f}, {e.ratio_hi:.3f}]"
+                    if e.ratio_lo is not None and e.ratio_hi is not None else "")
+        table.add_row(e.space, e.shape_class, e.problem.key, e.genome.short_hash,
+                      f"{e.ratio:.3f}x{interval}", "paired" if e.paired else "unpaired",
+                      e.source)
+    console.print(table)
+    return 0
+
+
+def evidence_files(patterns: Iterable[str]) -> list[Path]:
+    """Paths given on the command line (a glob's matches, sorted)."""
+    out: list[Path] = []
+    for pattern in patterns:
+        matches = ([Path(m) for m in sorted(glob.glob(pattern))]
+                   if any(c in pattern for c in "*?[") else [Path(pattern)])
+        if not matches:
+            raise UserInputError(f"--evidence {pattern}: matches no file")
+        out += matches
+    return out

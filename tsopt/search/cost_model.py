@@ -1,0 +1,310 @@
+"""A cost model that ranks proposals before they are built or measured.
+
+Two parts, one prediction: the log of a candidate's relative time (time over the vendor
+baseline's, the study's objective; lower is better).
+
+- **Analytical** (:func:`gemm_estimate`): a GEMM schedule's time from first principles of an
+  H200-class GPU, read from its gene values and the problem's sizes: tiles and waves over
+  the SMs (the last wave's idle SMs), CTAs per SM from SMEM and registers, the wgmma shape
+  (narrow N and one consumer warpgroup issue less), bytes each tile moves from L2 (halved
+  along the cluster's multicast), and the pipeline: ``stages - 1`` K slices in flight must
+  cover the load latency (Little's law), else the loop runs at latency / (stages - 1) per
+  slice. A one-tile-per-CTA grid pays its fill and epilogue per tile, a persistent one once
+  per SM. Absolute values are rough; what matters is the order, and the learned part
+  corrects the rest. Genes are read by name (``tile_m``, ``tile_n``, ``tile_k``, ``stages``,
+  ``consumers``, ``arrangement``, ``cluster``, ``persistent``, ``epilogue``, and
+  ``split_k`` / ``swap_ab`` when a space has them); a space without them gets no estimate.
+- **Learned** (:class:`CostModel`): from the study's own measurements, a least-squares line
+  over the analytical estimate and then gradient-boosted regression stumps (numpy only, as
+  MetaSchedule's XGBoost in miniature) on the residuals, over :func:`features` (every gene
+  value one-hot or numeric, plus the analytical terms). Below :data:`MIN_FIT` measurements
+  the analytical estimate ranks alone.
+
+Pure functions and numpy: no GPU, no database, usable by any simulation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SM_COUNT = 132
+PEAK_TFLOPS = 989.0
+"""Dense bf16/fp16 tensor throughput of an H100/H200 SXM at its boost clock."""
+L2_BYTES_PER_S = 10.0e12
+"""Effective L2 -> SMEM bandwidth over the whole chip (TMA loads)."""
+HBM_BYTES_PER_S = 4.8e12
+LOAD_LATENCY_S = 1.0e-6
+"""Time from a TMA load's issue to its SMEM arrival, under load."""
+SMEM_PER_SM = 232_448
+REGISTERS_PER_SM = 65_536
+LAUNCH_S = 3.0e-6
+MIN_FIT = 8
+"""Measured candidates before the learned part is used."""
+
+
+def _int(genes: Mapping[str, Any], name: str, default: int) -> int:
+    value = genes.get(name, default)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _cluster(genes: Mapping[str, Any]) -> tuple[int, int]:
+    text = str(genes.get("cluster", "1x1"))
+    try:
+        m, n = text.split("x")
+        return max(1, int(m)), max(1, int(n))
+    except ValueError:
+        return 1, 1
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An analytical estimate and the terms it came from (features for the learned part)."""
+
+    relative: float
+    """Estimated time over the ideal time (2MNK at peak): >= 1, lower is better."""
+    terms: dict[str, float] = field(default_factory=dict)
+
+
+def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
+                  element_bytes: int = 2) -> Estimate | None:
+    """The analytical time of a GEMM schedule over its ideal (see the module doc), or None
+    when ``genes`` are not a GEMM tiling (no ``tile_m``/``tile_n``/``tile_k``)."""
+    if not all(isinstance(genes.get(n), int) for n in ("tile_m", "tile_n", "tile_k")):
+        return None
+    if not all(n in sizes for n in ("m", "n", "k")):
+        return None
+    m, n, k = sizes["m"], sizes["n"], sizes["k"]
+    if genes.get("swap_ab") is True:
+        m, n = n, m
+    tile_m, tile_n, tile_k = (_int(genes, "tile_m", 128), _int(genes, "tile_n", 128),
+                              _int(genes, "tile_k", 64))
+    stages = max(1, _int(genes, "stages", 4))
+    consumers = max(1, _int(genes, "consumers", 2))
+    split = max(1, _int(genes, "split_k", 1))
+    separate = genes.get("arrangement") == "separate"
+    chains = consumers if separate else 1
+    wgs_per_tile = 1 if separate else consumers
+    cta_m, cta_n = tile_m * chains, tile_n
+    cm, cn = _cluster(genes)
+    persistent = genes.get("persistent") is True
+    tma_store = genes.get("epilogue") == "tma_store"
+
+    k_part = -(-k // split)
+    k_steps = max(1, -(-k_part // tile_k))
+    tiles = -(-m // cta_m) * -(-n // cta_n) * split
+    stage_bytes = (tile_m + tile_n) * tile_k * element_bytes * chains
+    smem = stages * stage_bytes + (tile_m * 64 * element_bytes * consumers if tma_store else 0)
+    threads = 128 * (consumers + 1)
+    regs = 128 * (_int(genes, "producer_regs", 40) + consumers * _int(genes, "consumer_regs", 232))
+    per_sm = max(1, min(SMEM_PER_SM // max(1, smem), REGISTERS_PER_SM // max(1, regs),
+                        2048 // threads))
+    cluster = cm * cn
+    slots = max(1, (SM_COUNT // cluster) * cluster * per_sm)
+    waves = tiles / slots
+    wave_eff = tiles / (math.ceil(waves) * slots)
+
+    # wgmma m64nNk16: a narrow N issues more instructions per flop; one warpgroup per tile
+    # leaves the tensor cores idle while it waits on its own wgmma.
+    wg_n_eff = tile_n / (tile_n + 24.0)
+    wg_m = cta_m // max(1, wgs_per_tile) if not separate else tile_m
+    mma_eff = wg_n_eff * (0.82 if consumers == 1 else 1.0) * min(1.0, wg_m / 64.0)
+    # Several CTAs per SM share its tensor cores: a tile takes per_sm times as long.
+    peak_sm = PEAK_TFLOPS * 1e12 / SM_COUNT / per_sm
+    step_compute = 2.0 * cta_m * cta_n * tile_k / (peak_sm * mma_eff)
+    # L2 -> SMEM bytes per K slice, less what the cluster multicasts (A along N, B along M).
+    step_bytes = (cta_m * tile_k / cn + cta_n * tile_k / cm) * element_bytes
+    busy = min(tiles, slots)
+    step_memory = step_bytes * busy / L2_BYTES_PER_S
+    step_latency = LOAD_LATENCY_S / max(1, stages - 1)
+    step = max(step_compute, step_memory, step_latency)
+    epilogue = cta_m * cta_n * element_bytes * busy / HBM_BYTES_PER_S
+    epilogue *= 1.0 if tma_store else 1.6
+    fill = LOAD_LATENCY_S
+    rounds = math.ceil(waves)
+    if persistent:
+        # The next tile's loads overlap this tile's epilogue: fill once per SM.
+        total = rounds * (k_steps * step + 0.5 * epilogue) + fill + LAUNCH_S
+    else:
+        total = rounds * (k_steps * step + epilogue + fill) + LAUNCH_S
+    if split > 1:
+        # fp32 partial sums written and read back, then reduced.
+        total += 2 * m * n * 4 * split / HBM_BYTES_PER_S
+    # Compulsory HBM traffic bounds small-K and skinny problems.
+    hbm = (m * k + n * k + m * n) * element_bytes / HBM_BYTES_PER_S
+    total = max(total, hbm)
+    ideal = 2.0 * m * n * k / (PEAK_TFLOPS * 1e12)
+    return Estimate(total / ideal, {
+        "waves": waves, "wave_eff": wave_eff, "per_sm": float(per_sm), "mma_eff": mma_eff,
+        "compute_bound": float(step == step_compute), "latency_bound": float(step == step_latency),
+        "memory_bound": float(step == step_memory),
+        "hide": min(1.0, (stages - 1) * step_compute / LOAD_LATENCY_S),
+        "intensity": 2.0 * cta_m * cta_n / ((cta_m + cta_n) * element_bytes),
+        "smem_frac": smem / SMEM_PER_SM, "k_steps": float(k_steps),
+    })
+
+
+def analytical_log(genes: Mapping[str, Any], sizes: Mapping[str, int]) -> float:
+    """log of :func:`gemm_estimate`'s relative time, 0.0 where it makes none."""
+    estimate = gemm_estimate(genes, sizes)
+    return math.log(estimate.relative) if estimate is not None else 0.0
+
+
+def features(genes: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, float]:
+    """A flat numeric description of a candidate: every gene (a number as itself and its
+    log2, a flag as 0/1, any other value one-hot as ``name=value``) and the analytical
+    terms (``est.*``)."""
+    out: dict[str, float] = {}
+    for name, value in genes.items():
+        if isinstance(value, bool):
+            out[name] = float(value)
+        elif isinstance(value, int):
+            out[name] = float(value)
+            out[f"log2:{name}"] = math.log2(value) if value > 0 else -1.0
+        elif isinstance(value, float):
+            out[name] = value
+        else:
+            out[f"{name}={value}"] = 1.0
+    estimate = gemm_estimate(genes, sizes)
+    if estimate is not None:
+        out["est.log"] = math.log(estimate.relative)
+        for key, value in estimate.terms.items():
+            out[f"est.{key}"] = float(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Stump:
+    """``left`` where feature ``column`` <= ``threshold``, else ``right``."""
+
+    column: int
+    threshold: float
+    left: float
+    right: float
+
+
+def fit_stumps(x: np.ndarray, y: np.ndarray, rounds: int = 60, rate: float = 0.3,
+               min_leaf: int = 2) -> list[Stump]:
+    """Gradient boosting of regression stumps on squared error (``y`` minus the sum so far,
+    fitted one best split at a time, shrunk by ``rate``)."""
+    stumps: list[Stump] = []
+    rows = len(y)
+    if rows < 2 * min_leaf:
+        return stumps
+    residual = y.astype(float).copy()
+    order = np.argsort(x, axis=0, kind="stable")
+    for _ in range(rounds):
+        best: tuple[float, int, float, float, float] | None = None
+        total, total_sq = residual.sum(), (residual ** 2).sum()
+        for column in range(x.shape[1]):
+            idx = order[:, column]
+            values, r = x[idx, column], residual[idx]
+            csum = np.cumsum(r)
+            counts = np.arange(1, rows + 1)
+            # A split after position i (0-based) is valid where the next value differs.
+            valid = np.zeros(rows, dtype=bool)
+            valid[:-1] = values[:-1] < values[1:]
+            valid &= (counts >= min_leaf) & (rows - counts >= min_leaf)
+            if not valid.any():
+                continue
+            left_n, right_n = counts, rows - counts
+            gain = np.where(valid, csum ** 2 / left_n + (total - csum) ** 2 / np.maximum(right_n, 1),
+                            -np.inf)
+            i = int(np.argmax(gain))
+            sse = total_sq - gain[i]
+            if best is None or sse < best[0]:
+                left = csum[i] / left_n[i]
+                right = (total - csum[i]) / right_n[i]
+                best = (sse, column, (values[i] + values[i + 1]) / 2.0, left, right)
+        if best is None:
+            break
+        _, column, threshold, left, right = best
+        stump = Stump(column, threshold, rate * left, rate * right)
+        stumps.append(stump)
+        residual -= np.where(x[:, column] <= threshold, stump.left, stump.right)
+    return stumps
+
+
+def predict_stumps(stumps: Sequence[Stump], x: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(x))
+    for s in stumps:
+        out += np.where(x[:, s.column] <= s.threshold, s.left, s.right)
+    return out
+
+
+class CostModel:
+    """Predicts log relative time from gene values: analytical, then learned as the study
+    measures (see the module doc). ``fit`` on (genes, value) pairs; ``predict`` a batch."""
+
+    def __init__(self, sizes: Mapping[str, int] | None = None, min_fit: int = MIN_FIT,
+                 rounds: int = 60, rate: float = 0.3) -> None:
+        self.sizes = dict(sizes or {})
+        self.min_fit = min_fit
+        self.rounds = rounds
+        self.rate = rate
+        self.columns: list[str] = []
+        self.line = (0.0, 1.0)  # intercept, slope over the analytical log
+        self.stumps: list[Stump] = []
+        self.fitted = 0
+
+    def _analytical(self, genes: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        return np.array([analytical_log(g, self.sizes) for g in genes])
+
+    def _matrix(self, genes: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        rows = [features(g, self.sizes) for g in genes]
+        x = np.zeros((len(rows), len(self.columns)))
+        index = {c: i for i, c in enumerate(self.columns)}
+        for r, row in enumerate(rows):
+            for name, value in row.items():
+                i = index.get(name)
+                if i is not None:
+                    x[r, i] = value
+        return x
+
+    def fit(self, genes: Sequence[Mapping[str, Any]], values: Sequence[float]) -> CostModel:
+        """Learn from measured candidates (``values``: relative times, > 0)."""
+        pairs = [(g, v) for g, v in zip(genes, values, strict=True)
+                 if v is not None and math.isfinite(v) and v > 0]
+        self.fitted = len(pairs)
+        if len(pairs) < self.min_fit:
+            self.columns, self.line, self.stumps = [], (0.0, 1.0), []
+            return self
+        gs = [g for g, _ in pairs]
+        y = np.log([v for _, v in pairs])
+        a = self._analytical(gs)
+        if np.ptp(a) > 1e-9:
+            slope, intercept = np.polyfit(a, y, 1)
+            # The estimate is trusted for its order: a line that inverts it is not kept.
+            slope = max(float(slope), 0.0)
+            intercept = float(np.mean(y) - slope * np.mean(a))
+        else:
+            slope, intercept = 0.0, float(np.mean(y))
+        self.line = (intercept, slope)
+        names: dict[str, None] = {}
+        for g in gs:
+            names.update(dict.fromkeys(features(g, self.sizes)))
+        self.columns = sorted(names)
+        x = self._matrix(gs)
+        self.stumps = fit_stumps(x, y - (intercept + slope * a), self.rounds, self.rate)
+        return self
+
+    @property
+    def learned(self) -> bool:
+        return self.fitted >= self.min_fit
+
+    def predict(self, genes: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """Predicted log relative time per candidate (lower is faster)."""
+        if not genes:
+            return np.zeros(0)
+        a = self._analytical(genes)
+        if not self.learned:
+            return a
+        intercept, slope = self.line
+        out = intercept + slope * a
+        if self.stumps:
+            out = out + predict_stumps(self.stumps, self._matrix(genes))
+        return out

@@ -1,0 +1,384 @@
+"""The ``evolve`` sampler: one-gene moves from the incumbents, ranked by a cost model.
+
+As TVM MetaSchedule's evolutionary search and a hand sweep both do: the next proposal is a
+neighbour of one of the best measured candidates, one gene (knob) changed; a numeric knob
+mostly steps to the next value up or down, any other knob to another of its choices.
+:class:`Evolution` draws a pool of such mutants, drops those already proposed and those
+outside the space's declared legal set, ranks the rest with the cost model
+(:mod:`tsopt.search.cost_model`: analytical first, learned from the study's measurements as
+they come) and proposes the one predicted fastest; now and then (``explore``) a random one
+of the pool instead, so that a wrong model cannot lock the search in. Before anything is
+measured the pool is random draws, ranked by the analytical model alone. Failed and pruned
+proposals are never proposed again and do not breed.
+
+:class:`Evolution` is pure (parameter dicts in, a parameter dict out, a seeded RNG): a
+simulation replays it on a measured table with no GPU and no study. :class:`EvolveSampler`
+is it as an Optuna sampler: it plans a trial's whole parameter set in ``before_trial`` from
+the study's trials (their params and told values) and hands the planned values out in
+``sample_independent``; any parameter it did not plan (a conditional knob, a knob it has not
+seen yet) is drawn at random from the distribution asked. Optuna stays the record: enqueued
+trials (seed library, warm starts) keep their fixed values, and every outcome is read back
+from the study. Bound to a space and problem (:meth:`EvolveSampler.bind`, the driver does
+it), a plan is completed through the space's own ``suggest`` (conditional knobs decided)
+and kept inside the space's declared legal set (``SearchSpace.proposal_factors``) when the space
+declares one, and the cost model reads the problem's sizes; unbound it works on the
+parameters alone. The cost model reads the parameters (a space's knobs are named as its
+genes; a placement is one categorical value).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tsopt.search.cost_model import CostModel
+
+if TYPE_CHECKING:
+    from tsopt.core.problem import Problem
+    from tsopt.core.space import SearchSpace
+
+POPULATION = 8
+"""Parents: the best measured candidates."""
+POOL = 64
+"""Mutants drawn (and ranked) per proposal."""
+EXPLORE = 0.1
+"""Share of proposals taken at random from the pool rather than by the model's rank."""
+STEP = 0.7
+"""Chance that a numeric knob moves to a neighbouring value (else to any other)."""
+RANDOM_SHARE = 0.1
+"""Share of the pool drawn at random rather than mutated (a way out of a local basin)."""
+
+Params = dict[str, Any]
+Completer = Callable[[Mapping[str, Any], random.Random], Params]
+"""``(params, rng) -> full params``: fills in what ``params`` leaves open (a conditional knob
+a move brought in) and drops what the space would not ask."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A proposal and what it came to: a relative time, or None (pruned, failed)."""
+
+    params: Mapping[str, Any]
+    value: float | None
+
+
+def params_key(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A hashable identity of a parameter set (values by their repr: 1 and True differ)."""
+    return tuple(sorted((name, repr(value)) for name, value in params.items()))
+
+
+def _ordinal(choices: Sequence[Any]) -> bool:
+    return len(choices) >= 2 and all(isinstance(c, int) and not isinstance(c, bool)
+                                     for c in choices)
+
+
+def mutate(params: Mapping[str, Any], choices: Mapping[str, Sequence[Any]], rng: random.Random,
+           genes: int = 1, step: float = STEP) -> Params:
+    """``params`` with ``genes`` knobs changed, each to another of its ``choices`` (a numeric
+    knob to a neighbouring value with chance ``step``). A knob ``params`` lacks is left
+    out; knobs with one choice never move."""
+    movable = [name for name in params if len(choices.get(name, ())) > 1]
+    child = dict(params)
+    for name in rng.sample(movable, min(genes, len(movable))):
+        options = list(choices[name])
+        here = next((i for i, c in enumerate(options) if repr(c) == repr(child[name])), None)
+        if here is not None and _ordinal(options) and rng.random() < step:
+            steps = [i for i in (here - 1, here + 1) if 0 <= i < len(options)]
+            child[name] = options[rng.choice(steps)]
+            continue
+        others = [c for i, c in enumerate(options) if i != here]
+        child[name] = rng.choice(others)
+    return child
+
+
+def random_params(choices: Mapping[str, Sequence[Any]], rng: random.Random) -> Params:
+    return {name: rng.choice(list(options)) for name, options in choices.items() if options}
+
+
+def _plain(params: Mapping[str, Any], _rng: random.Random) -> Params:
+    return dict(params)
+
+
+class Evolution:
+    """The search itself: history in, the next parameter set out (see the module doc).
+
+    ``choices``: each knob's values. ``complete`` fills a parameter set in (default: as
+    is); ``legal`` says whether one lies in the space's declared legal set (default: all
+    do); ``model`` ranks (default: a :class:`CostModel` over ``sizes``)."""
+
+    def __init__(self, choices: Mapping[str, Sequence[Any]], seed: int = 0, *,
+                 sizes: Mapping[str, int] | None = None, complete: Completer | None = None,
+                 legal: Callable[[Mapping[str, Any]], bool] | None = None,
+                 model: CostModel | None = None, population: int = POPULATION,
+                 pool: int = POOL, explore: float = EXPLORE,
+                 random_share: float = RANDOM_SHARE,
+                 universe: Sequence[Mapping[str, Any]] | None = None) -> None:
+        self.universe = [dict(p) for p in universe] if universe is not None else None
+        """A finite set to propose from (a measured table, in a simulation): a move then
+        goes to the unseen members nearest a parent (fewest knobs different)."""
+        self.choices = {name: tuple(values) for name, values in choices.items()}
+        self.rng = random.Random(seed)
+        self.complete = complete or _plain
+        self.legal = legal
+        self.model = model or CostModel(sizes)
+        self.population = population
+        self.pool = pool
+        self.explore = explore
+        self.random_share = random_share
+        self._completed: dict[tuple[tuple[str, str], ...], Params] = {}
+        self._legal: dict[tuple[tuple[str, str], ...], bool] = {}
+        self._fitted_on = -1
+        self.last: dict[str, Any] = {}
+        """How the last proposal was made (``how``, ``pool``, ``predicted``): for the trial's
+        user attributes and the tests."""
+
+    # -- pieces ---------------------------------------------------------------------------
+    def _complete(self, params: Mapping[str, Any]) -> Params:
+        key = params_key(params)
+        done = self._completed.get(key)
+        if done is None:
+            # Completion draws what params leave open from an RNG of their own, so the same
+            # params always complete the same way.
+            done = self.complete(params, random.Random(zlib.crc32(repr(key).encode())))
+            self._completed[key] = done
+        return done
+
+    def _is_legal(self, params: Mapping[str, Any]) -> bool:
+        if self.legal is None:
+            return True
+        key = params_key(params)
+        if key not in self._legal:
+            try:
+                self._legal[key] = bool(self.legal(params))
+            except (ValueError, KeyError, TypeError):
+                self._legal[key] = False
+        return self._legal[key]
+
+    def _pool_from_universe(self, parents: Sequence[Observation], seen: set[Any],
+                            pool: dict[Any, tuple[Params, str]]) -> None:
+        assert self.universe is not None
+        unseen = [p for p in self.universe if params_key(p) not in seen]
+        if not unseen:
+            return
+        randoms = max(1, int(self.pool * self.random_share)) if parents else self.pool
+        for p in self.rng.sample(unseen, min(randoms, len(unseen))):
+            pool.setdefault(params_key(p), (p, "random"))
+        if not parents:
+            return
+        scored = []
+        for p in unseen:
+            distance = min(sum(repr(p.get(n)) != repr(v) for n, v in o.params.items())
+                           for o in parents)
+            scored.append((distance, self.rng.random(), p))
+        scored.sort(key=lambda s: s[:2])
+        for _, _, p in scored[: self.pool]:
+            pool.setdefault(params_key(p), (p, "mutate"))
+
+    # -- proposing ------------------------------------------------------------------------
+    def propose(self, history: Sequence[Observation],
+                pending: Sequence[Mapping[str, Any]] = ()) -> Params:
+        """The next parameter set: unseen (neither in ``history`` nor ``pending``), legal
+        where a legality test is given, the best the model ranks among the pool.
+
+        The pool holds drafts (a parent's params with one knob moved), ranked as they are;
+        only drafts taken in rank order are completed and tested for legality until one is
+        unseen and legal, since completing one runs the space's ``suggest`` and a legality
+        test may judge a factor."""
+        seen = {params_key(o.params) for o in history} | {params_key(p) for p in pending}
+        measured = [o for o in history if o.value is not None and math.isfinite(o.value)]
+        self._fit(measured)
+        parents = sorted(measured, key=lambda o: o.value)  # type: ignore[arg-type, return-value]
+        best_of: dict[tuple[tuple[str, str], ...], Observation] = {}
+        for o in parents:  # a genome measured twice breeds once
+            best_of.setdefault(params_key(o.params), o)
+        parents = list(best_of.values())[: self.population]
+
+        pool: dict[tuple[tuple[str, str], ...], tuple[Params, str]] = {}
+        if self.universe is not None:
+            self._pool_from_universe(parents, seen, pool)
+        tries = 0 if self.universe is None else self.pool * 8
+        genes_moved = 1
+        while len(pool) < self.pool and tries < self.pool * 8:
+            tries += 1
+            if tries % (self.pool * 2) == 0:
+                genes_moved += 1  # the one-gene neighbours are all known: move more
+            if parents and self.rng.random() >= self.random_share:
+                weights = [1.0 / (rank + 1) for rank in range(len(parents))]
+                parent = self.rng.choices(parents, weights)[0]
+                draft = mutate(parent.params, self.choices, self.rng, genes_moved)
+                how = "mutate"
+            else:
+                draft, how = random_params(self.choices, self.rng), "random"
+            key = params_key(draft)
+            if key not in seen and key not in pool:
+                pool[key] = (draft, how)
+        entries = list(pool.values())
+        predicted = self.model.predict([draft for draft, _ in entries])
+        order = sorted(range(len(entries)), key=lambda i: (predicted[i], i))
+        explore = self.rng.random() < self.explore
+        if explore:
+            self.rng.shuffle(order)
+        for tested, i in enumerate(order):
+            full = self._complete(entries[i][0])
+            if params_key(full) in seen or not self._is_legal(full):
+                continue
+            self.last = {"how": "explore" if explore else entries[i][1], "pool": len(entries),
+                         "rank": tested, "predicted": float(predicted[i]),
+                         "learned": self.model.learned}
+            return dict(full)
+        self.last = {"how": "random", "pool": len(entries)}
+        return random_params(self.choices, self.rng)
+
+    def _fit(self, measured: Sequence[Observation]) -> None:
+        if len(measured) == self._fitted_on:
+            return
+        self._fitted_on = len(measured)
+        self.model.fit([o.params for o in measured],
+                       [float(o.value) for o in measured if o.value is not None])
+
+
+# -- as an Optuna sampler ----------------------------------------------------------------
+
+
+class _PlanTrial:
+    """What ``SearchSpace.suggest`` sees while a plan is completed: planned values where
+    they are among the choices, a draw of ``rng`` otherwise; every value asked recorded."""
+
+    def __init__(self, params: Mapping[str, Any], rng: random.Random,
+                 view: Any) -> None:
+        self.params, self.rng, self.view = params, rng, view
+        self.values: Params = {}
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        options = list(self.view.choices(name, choices)) if self.view is not None else list(choices)
+        value = self.params.get(name)
+        keys = [repr(c) for c in options]
+        chosen = options[keys.index(repr(value))] if repr(value) in keys else self.rng.choice(options)
+        self.values[name] = chosen
+        return chosen
+
+
+def space_completer(space: SearchSpace, problem: Problem, view: Any) -> Completer:
+    """A plan completed by ``space.suggest``: the knobs it asks, conditional ones decided."""
+
+    def complete(params: Mapping[str, Any], rng: random.Random) -> Params:
+        trial = _PlanTrial(params, rng, view)
+        space.suggest(trial, problem)
+        return trial.values
+
+    return complete
+
+
+def _evolve_sampler_class() -> type:
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    class EvolveSampler(optuna.samplers.BaseSampler):
+        """:class:`Evolution` as an Optuna sampler (see the module doc)."""
+
+        def __init__(self, view: Any = None, seed: int = 0,
+                     space: SearchSpace | None = None, problem: Problem | None = None,
+                     legal: Callable[[Mapping[str, Any]], bool] | None = None,
+                     **options: Any) -> None:
+            self.view = view
+            self.seed = seed
+            self.options = options
+            self._random = optuna.samplers.RandomSampler(seed=seed)
+            self._plans: dict[int, Params] = {}
+            self._choices: dict[str, tuple[Any, ...]] = (
+                {k.name: tuple(view.choices(k.name, k.choices)) for k in view.knobs}
+                if view is not None else {})
+            self.evolution = Evolution(self._choices, seed, **options)
+            if space is not None and problem is not None:
+                self.bind(space, problem, legal)
+            elif legal is not None:
+                self.evolution.legal = legal
+
+        def bind(self, space: SearchSpace, problem: Problem,
+                 legal: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
+            """Plans completed through ``space`` for ``problem``, ranked with its sizes, and
+            kept in its declared legal set (``legal``, else the space's own factors)."""
+            self.evolution.complete = space_completer(space, problem, self.view)
+            self.evolution.model.sizes = dict(problem.sizes)
+            if legal is None:
+                legal = _declared_legal(space, problem)
+            self.evolution.legal = legal
+
+        # -- Optuna's interface -----------------------------------------------------------
+        def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+            return {}
+
+        def sample_relative(self, study: Any, trial: Any,
+                            search_space: dict[str, Any]) -> dict[str, Any]:
+            return {}
+
+        def before_trial(self, study: Any, trial: Any) -> None:
+            if trial.system_attrs.get("fixed_params"):
+                return  # an enqueued trial (library, warm start) keeps its values
+            history, pending = [], []
+            for t in study.get_trials(deepcopy=False):
+                if t.number == trial.number:
+                    continue
+                for name, dist in t.distributions.items():
+                    if isinstance(dist, CategoricalDistribution) and name not in self._choices:
+                        self._choices[name] = tuple(dist.choices)
+                if t.state == TrialState.COMPLETE and t.value is not None:
+                    history.append(Observation(dict(t.params), float(t.value)))
+                elif t.state in (TrialState.PRUNED, TrialState.FAIL):
+                    history.append(Observation(dict(t.params), None))
+                elif t.state == TrialState.RUNNING:
+                    pending.append(self._plans.get(t.number, dict(t.params)))
+            self.evolution.choices = dict(self._choices)
+            if not self._choices:
+                return  # nothing known of the space yet: the first trial is random
+            plan = self.evolution.propose(history, pending)
+            self._plans[trial.number] = plan
+            last = self.evolution.last
+            try:
+                study._storage.set_trial_user_attr(trial._trial_id, "evolve", {
+                    k: (round(v, 4) if isinstance(v, float) else v) for k, v in last.items()})
+            except AttributeError:
+                pass
+
+        def sample_independent(self, study: Any, trial: Any, name: str,
+                               distribution: Any) -> Any:
+            if isinstance(distribution, CategoricalDistribution) and name not in self._choices:
+                self._choices[name] = tuple(distribution.choices)
+            plan = self._plans.get(trial.number, {})
+            if name in plan and isinstance(distribution, CategoricalDistribution):
+                keys = [repr(c) for c in distribution.choices]
+                if repr(plan[name]) in keys:
+                    return distribution.choices[keys.index(repr(plan[name]))]
+            return self._random.sample_independent(study, trial, name, distribution)
+
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            self._plans.pop(trial.number, None)
+
+        def reseed_rng(self) -> None:
+            self._random.reseed_rng()
+
+    return EvolveSampler
+
+
+def _declared_legal(space: SearchSpace,
+                    problem: Problem) -> Callable[[Mapping[str, Any]], bool] | None:
+    """The space's declared legal set (``SearchSpace.proposal_factors``) as a test on params,
+    when it declares one (and has a verifier to judge its factors with)."""
+    factors_of = getattr(space, "proposal_factors", None)
+    if factors_of is None or space.judge is None:
+        return None
+    factors = tuple(factors_of(problem, space.judge) or ())
+    if not factors:
+        return None
+    return lambda params: all(f.legal(params) for f in factors)
+
+
+def evolve_sampler(view: Any = None, seed: int = 0, **options: Any) -> Any:
+    """An :class:`EvolveSampler` (an ``optuna.samplers.BaseSampler``) over ``view``'s knobs;
+    ``options`` go to :class:`Evolution` (population, pool, explore, sizes...)."""
+    return _evolve_sampler_class()(view, seed, **options)
