@@ -36,6 +36,12 @@ def table(sim):
              "swizzle": (8,)}
     doc = sim.synthetic_table(seed=3, restrict=small)
     assert doc["synthetic"] and doc["source"].startswith("SYNTHETIC")
+    # The driver's Proposer draws inside the space's declared legal set: the table's valid
+    # points are those (as on the measured table, where the two sets are the same).
+    legal = sim.warm_verdicts(sim.Table(doc))
+    for row in doc["rows"]:
+        if row["key"] not in legal:
+            row.update(valid=False, built=False, status=None, ratio=None)
     return sim.Table(doc)
 
 
@@ -93,7 +99,10 @@ def test_table_joins_verdicts_builds_and_paired_results(sim, tmp_path):
          "ratio_hi": 0.91, "rounds": 4, "median_us": 200.0, "device": "H200"}]}))
     doc = sim.table_from_build(tmp_path / "index.jsonl", [part], "small")
     by_hash = {r["genome_hash"]: r for r in doc["rows"]}
-    assert doc["product_points"] == len(points(SMALL)) and doc["devices"] == ["H200"]
+    # The product as judged: knob values no judged point has are left out.
+    judged = {k: tuple(v) for k, v in doc["restrict"].items()}
+    assert doc["product_points"] == len(points(judged)) < len(points(SMALL))
+    assert all(set(judged[k]) <= set(SMALL[k]) for k in judged) and doc["devices"] == ["H200"]
     assert by_hash[genomes[0].hash]["ratio"] == 0.9
     assert by_hash[genomes[1].hash]["built"] and by_hash[genomes[1].hash]["status"] is None
     assert not by_hash[genomes[2].hash]["valid"]
