@@ -62,21 +62,9 @@ def study_info(row: StudyRow) -> StudyInfo:
     )
 
 
-def judged_record(row: JudgedRow) -> Verdict:
-    """A kept whole verdict as the record the verifier returns (``cached``)."""
-    return Verdict(
-        genome_hash=row.genome_hash,
-        valid=row.valid,
-        stage=row.stage,  # type: ignore[arg-type]
-        rule=row.rule,
-        message=row.message,
-        seconds=row.seconds,
-        domain=row.domain,
-        cached=True,
-    )
-
-
-def verdict_record(row: VerdictRow) -> Verdict:
+def verdict_record(row: VerdictRow | JudgedRow) -> Verdict:
+    """A kept verdict (a candidate's, or a whole verdict shared across studies) as the record
+    the verifier returns (``cached``)."""
     return Verdict(
         genome_hash=row.genome_hash,
         valid=row.valid,

@@ -687,7 +687,7 @@ class Store:
                 JudgedRow.problem_key == key.problem_key, JudgedRow.arch == key.arch,
                 JudgedRow.tool_version == key.tool_version,
             ))
-            return queries.judged_record(row) if row is not None else None
+            return queries.verdict_record(row) if row is not None else None
 
     def record_judged(self, key: JudgedKey, verdict: Verdict) -> None:
         """Keep ``verdict`` under ``key`` (a concurrent writer of the same key wins: the

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, ProblemError
-from tsopt.search.warm_start import shape_distance
+from tsopt.search.warm_start import enqueue_genomes, shape_distance
 
 if TYPE_CHECKING:
     from tsopt.core.space import Judge, SearchSpace
@@ -241,22 +241,11 @@ def enqueue(study: Any, space: SearchSpace, view: KnobView,
     """Enqueue each entry's genome as a trial of ``study`` (origin ``warm_start``, attribute
     ``seed_library``); returns how many were. A genome the sampler cannot express is
     skipped."""
-    done = 0
-    for entry in entries:
-        try:
-            params = space.params_of(entry.genome)
-        except (ValueError, KeyError):
-            continue
-        encoded = view.encode(params)
-        if not encoded:
-            continue
-        study.enqueue_trial(encoded, user_attrs={
-            "origin": "warm_start", "seed_library": entry.source,
-            "seed_library_genome": entry.genome.hash,
-            "seed_library_problem": entry.problem.key, "seed_library_ratio": entry.ratio,
-        }, skip_if_exists=True)
-        done += 1
-    return done
+    return enqueue_genomes(study, space, view, (
+        (entry.genome, {"seed_library": entry.source, "seed_library_genome": entry.genome.hash,
+                        "seed_library_problem": entry.problem.key,
+                        "seed_library_ratio": entry.ratio})
+        for entry in entries))
 
 
 def seed_study(study: Any, space: SearchSpace, view: KnobView, problem: Problem, arch: str,

@@ -17,6 +17,7 @@ schedule the sampler cannot express (``params_of`` raises) is skipped.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,21 +77,28 @@ def nearby_best(store: Store, space: str, problem: Problem, arch: str, exclude: 
     return picked[:limit]
 
 
-def enqueue(study: Any, space: SearchSpace, view: KnobView, starts: list[WarmStart]) -> int:
-    """Enqueue each start as a trial (origin ``warm_start``); returns how many were."""
+def enqueue_genomes(study: Any, space: SearchSpace, view: KnobView,
+                    genomes: Iterable[tuple[Genome, dict[str, Any]]]) -> int:
+    """Enqueue each genome as a trial (origin ``warm_start``, plus its attributes); returns
+    how many were. A genome the sampler cannot express is skipped."""
     done = 0
-    for start in starts:
+    for genome, attrs in genomes:
         try:
-            params = space.params_of(start.genome)
+            params = space.params_of(genome)
         except (ValueError, KeyError):
             continue
         encoded = view.encode(params)
         if not encoded:
             continue
-        study.enqueue_trial(encoded, user_attrs={
-            "origin": "warm_start", "warm_start_from": start.study,
-            "warm_start_genome": start.genome.hash,
-            "warm_start_median_us": start.median_us,
-        }, skip_if_exists=True)
+        study.enqueue_trial(encoded, user_attrs={"origin": "warm_start", **attrs},
+                            skip_if_exists=True)
         done += 1
     return done
+
+
+def enqueue(study: Any, space: SearchSpace, view: KnobView, starts: list[WarmStart]) -> int:
+    """Enqueue each start as a trial (origin ``warm_start``); returns how many were."""
+    return enqueue_genomes(study, space, view, (
+        (start.genome, {"warm_start_from": start.study, "warm_start_genome": start.genome.hash,
+                        "warm_start_median_us": start.median_us})
+        for start in starts))
