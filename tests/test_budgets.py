@@ -67,3 +67,56 @@ def test_a_run_needs_some_budget() -> None:
         request(Path("."), "sqlite://", built=0).validate()
     assert resolve_trials(None, None, None, None) == DEFAULT_TRIALS
     assert resolve_trials(None, 5, None, None) is None and resolve_trials(7, 5, None, None) == 7
+
+
+class SlowGpuPool(SyntheticMeasurePool):
+    """SYNTHETIC: the made-up measurements of SyntheticMeasurePool, but a GPU that takes
+    ``seconds`` per candidate, so that built candidates queue up behind it."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def poll(self, timeout: float):  # type: ignore[no-untyped-def]
+        import time
+
+        if self.queue:
+            time.sleep(self.seconds)
+        return super().poll(timeout)
+
+
+def test_time_budget_cuts_the_queue_and_a_resume_takes_it_up(tmp_path: Path) -> None:
+    """--time bounds the run: candidates still waiting for the GPU when it is spent are not
+    measured by this run (a queue of dozens would overrun it by minutes at 8192^3); they stay
+    in the study, built and recorded, and the next run measures them."""
+    import time
+
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'tsopt.db'}"
+    pool = SlowGpuPool(seconds=2.5)
+    knobs = ("stages=1,2,4,8", "box_rows=8,16,32", "box_cols=256", "chunk=1", "vector=8",
+             "raster=row")
+    from tests.test_driver import NARROW
+
+    req = request(tmp_path, url, study="cut", sampler="grid", trials=None, knobs=(*NARROW, *knobs),
+                  time_budget_s=6.0, pool="processes", workers=2)
+    started = time.monotonic()
+    code, text = run(req, pool)
+    took = time.monotonic() - started
+    assert code == 0
+    assert "stopped: time budget of 6 s reached" in text
+    left = [t for t in optuna.load_study(study_name="cut", storage=url).get_trials()
+            if t.state == optuna.trial.TrialState.RUNNING]
+    assert left, "nothing was left for a resume: the test did not fill the queue"
+    assert f"{len(left)} candidate" in text and "run the same command with more --time" in text
+    # Bounded: the budget, the measurement in flight, the final round (top 5 x 2 x 1.5 s).
+    assert took < 6.0 + 2 * 2.5 + 10 * 2.5 + 20, took
+    measured_before = set(pool.measured)
+    resumed = SlowGpuPool(seconds=0.0)
+    code, text = run(request(tmp_path, url, study="cut", sampler="grid", trials=None,
+                             knobs=(*NARROW, *knobs), time_budget_s=120.0), resumed)
+    assert code == 0 and "unfinished trial" in text and "taken up again" in text
+    assert set(resumed.measured) - measured_before, "the resume measured nothing new"
+    assert not [t for t in optuna.load_study(study_name="cut", storage=url).get_trials()
+                if t.state == optuna.trial.TrialState.RUNNING]

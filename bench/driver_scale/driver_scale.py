@@ -75,20 +75,24 @@ PROPOSE_CPU: dict[str, float] = {}
 """CPU seconds spent proposing (repairs and their factor verdicts included), per space."""
 
 
-def sample(space: Any, problem: Any, n: int, seed: int, raw: bool = False) -> list[Any]:
+def sample(space: Any, problem: Any, n: int, seed: int, raw: bool = False,
+           full_judge: bool = False) -> list[Any]:
     """``n`` distinct genomes from a seeded random sampler over the space's knobs, proposed as
     the driver proposes them (``tsopt.search.proposals.Proposer``: repaired into the space's
-    declared legal set), or as the sampler drew them with ``raw``. The proposing CPU goes to
-    :data:`PROPOSE_CPU` (its own verdict cache: the first study's cold start)."""
+    declared legal set, judged by ``predicting_judge`` as the driver does, or by the full
+    judge with ``full_judge``, as it did before 2026-12-01), or as the sampler drew them with
+    ``raw``. The proposing CPU goes to :data:`PROPOSE_CPU` (its own verdict cache: the first
+    study's cold start)."""
     import optuna
 
     from tsopt.search.proposals import Proposer
     from tsopt.search.samplers import KnobView
-    from tsopt.verify.verifier import VerdictCache, judge_for
+    from tsopt.verify.verifier import VerdictCache, judge_for, predicting_judge
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     view = KnobView.of(space, problem, "random")
-    proposer = Proposer(space, problem, view, judge_for(space, VerdictCache()))
+    judge = (judge_for if full_judge else predicting_judge)(space, VerdictCache())
+    proposer = Proposer(space, problem, view, judge)
     if raw:
         proposer.factors = ()
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
@@ -356,6 +360,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--raw", action="store_true",
                         help="genomes as the sampler drew them, not repaired into the legal set")
+    parser.add_argument("--full-judge", action="store_true",
+                        help="proposals judged in full (with TS's exhaustive search), as the "
+                             "driver did before it used predicting_judge")
     parser.add_argument("--gpu-seconds", action="append", default=[], metavar="SPACE=S",
                         help="GPU seconds per measured candidate of a space, from the runner's "
                         "logs, e.g. gemm=0.21 (repeatable)")
@@ -381,13 +388,14 @@ def main() -> None:
             problem = problem_for(PROBLEMS[name], name)
             count = args.verdicts if name != "copy" else args.copy_verdicts
             print(f"[{name}] verdicts on {count} sampled genomes ...", flush=True)
-            full = verdicts(space, problem, sample(space, problem, count, args.seed, args.raw))
+            drawn = sample(space, problem, count, args.seed, args.raw, args.full_judge)
+            full = verdicts(space, problem, drawn)
             full["propose_cpu_s"] = PROPOSE_CPU.get(name, 0.0)
             valid = full.pop("_valid")
             verdict = full
             # Only when too few are valid for the builds; its proposing is not counted.
             extra = [] if len(valid) >= args.builds + 2 else [
-                g for g in sample(space, problem, 4 * count, args.seed + 1, args.raw)
+                g for g in sample(space, problem, 4 * count, args.seed + 1, args.raw, args.full_judge)
                 if g.hash not in {v.hash for v in valid}]
             if len(valid) < args.builds + 2:  # top up with more valid genomes for the builds
                 from tsopt.verify.verifier import VerdictCache, verify_genome

@@ -167,12 +167,15 @@ def names_geometry(message: str) -> bool:
 class RandomTrial:
     """What ``space.suggest`` asks of an Optuna trial, answered uniformly at random."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, only: dict[str, list[str]] | None = None) -> None:
         self.rng = rng
+        self.only = only or {}
         self.params: dict[str, Any] = {}
 
     def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
-        value = self.rng.choice(list(choices))
+        # ``--knob NAME=V1,V2``: draw NAME among those values only (to check new choices).
+        allowed = [c for c in choices if str(c) in self.only[name]] if name in self.only else []
+        value = self.rng.choice(allowed or list(choices))
         self.params[name] = value
         return value
 
@@ -254,10 +257,12 @@ class Planner:
 
     BATCH = 8
 
-    def __init__(self, count: int, seed: int, max_attempts: int, pool: Any = None) -> None:
+    def __init__(self, count: int, seed: int, max_attempts: int, pool: Any = None,
+                 only: dict[str, list[str]] | None = None) -> None:
         from tsopt.core.problem import Problem
 
         self.count, self.seed, self.max_attempts, self.pool = count, seed, max_attempts, pool
+        self.only = only or {}
         self.space, self.cache = _space_and_cache()
         self.rng = random.Random(seed)
         generic = Problem.of("gemm", "bf16", **REFERENCE_SIZES)
@@ -283,7 +288,7 @@ class Planner:
                                  f"{self.count} accepted pairs (redraws by rule: {self.redraws})")
             dtype = self.rng.choice(list(space.dtypes))
             reference = Problem.of("gemm", dtype, **REFERENCE_SIZES)
-            genome = space.suggest(RandomTrial(self.rng), reference)
+            genome = space.suggest(RandomTrial(self.rng, self.only), reference)
             if genome.hash in self.seen:
                 self._redraw("duplicate genome")
                 continue
@@ -361,6 +366,13 @@ def write_case_bundle(out: Path, case: dict[str, Any], artifact_dir: str) -> str
     return str(directory.relative_to(out))
 
 
+def planner_knob_names() -> set[str]:
+    from tsopt.core.problem import Problem
+
+    space, _ = _space_and_cache()
+    return {k.name for k in space.knobs(Problem.of("gemm", "bf16", **REFERENCE_SIZES))}
+
+
 def build(args: argparse.Namespace) -> None:
     """Draw and judge pairs; compile each accepted one as soon as it is drawn (``--jobs``
     forked workers), bundle it, and rewrite the index after every event: a partial build is
@@ -380,7 +392,14 @@ def build(args: argparse.Namespace) -> None:
         # fork: the workers inherit the imported DSL instead of importing it again; they
         # judge the drawn genomes and compile the accepted pairs, in one queue.
         pool = mp.get_context("fork").Pool(args.jobs)
-    planner = Planner(args.count, args.seed, args.max_attempts, pool)
+    only = {}
+    for text in args.knob:
+        name, _, values = text.partition("=")
+        if name not in planner_knob_names() or not values:
+            raise SystemExit(f"gemm_property: --knob {text!r}: expected NAME=V1,V2 with NAME one "
+                             f"of {sorted(planner_knob_names())}")
+        only[name] = values.split(",")
+    planner = Planner(args.count, args.seed, args.max_attempts, pool, only)
     shutil.rmtree(out / "bundles", ignore_errors=True)
     (out / "bundles").mkdir(parents=True, exist_ok=True)
     index: dict[str, Any] = {
@@ -390,7 +409,7 @@ def build(args: argparse.Namespace) -> None:
         "source_digest": planner.space.source_digest(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "genome_draws": 0, "redraws_by_rule": {}, "cases": [], "rejections": [],
-        "planned": False,
+        "planned": False, "knob_restrictions": only,
     }
     lock = threading.Lock()
     built = 0
@@ -894,6 +913,8 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--jobs", type=int, default=1, help="compiles at once (forked workers)")
     b.add_argument("--max-attempts", type=int, default=200_000)
     b.add_argument("--plan-only", action="store_true", help="draw and verify; compile nothing")
+    b.add_argument("--knob", action="append", default=[],
+                   help="NAME=V1,V2: draw that knob among these values only (repeatable)")
     r = sub.add_parser("run", help="check every built pair on this GPU (torch + stdlib)")
     r.add_argument("--index", default=str(DEFAULT_OUT / INDEX_NAME))
     r.add_argument("--out", default=None, help=f"default: $OUT/{RESULTS_NAME}")

@@ -142,7 +142,7 @@ STRUCTURE_CHOICES: dict[str, tuple[bool | str, ...]] = {
     "advance_on_wait": (True, False),
     "persistent": (False, True),
     "producer_wg": ("first", "last"),
-    "cluster": ("1x1", "2x1", "1x2"),
+    "cluster": ("1x1", "2x1", "1x2", "2x2", "4x1", "1x4"),
     "raster": ("m", "n"),
     "epilogue": ("direct", "tma_store"),
     "arrangement": ("cooperative", "separate"),

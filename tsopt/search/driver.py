@@ -180,6 +180,8 @@ class Driver:
         self.stop_reason: str | None = None
         self.asked = 0
         self.rechecks = 0  # contender re-measurements submitted in this run
+        self.cut_at_budget = False  # the time budget is spent: nothing new is started
+        self.left_for_resume = 0  # candidates this run left unbuilt or unmeasured at the cut
         self.machine_checked = False
         self.best_value: float | None = None
         self.since_best = 0
@@ -204,7 +206,7 @@ class Driver:
         from tsopt.core.registry import get_space
         from tsopt.db.store import Store
         from tsopt.search.samplers import KnobView, parse_restrictions
-        from tsopt.verify.verifier import VerdictCache, judge_for
+        from tsopt.verify.verifier import VerdictCache, judge_for, predicting_judge
 
         request = self.request
         request.validate()
@@ -231,6 +233,10 @@ class Driver:
         # factor verdicts and the candidates' alike are read before verifying, written after.
         self.verdicts = VerdictCache(lookup=self.store.find_verdict, judged=self.store)
         space.judge = judge_for(space, self.verdicts)
+        # Proposals and library genomes are screened in this process, where a TS exhaustive
+        # search of seconds to minutes would hold up the builds and leave the GPU idle: they
+        # get predictions (no search not already memoised); their workers verify in full.
+        self.predict = predicting_judge(space, self.verdicts)
         self.name = request.study_name()
         # Optuna's side of the database first: one it cannot use must not leave a study behind.
         self.store.optuna_storage().engine.dispose()
@@ -279,9 +285,12 @@ class Driver:
         self.sampler = self.injected_sampler or make_sampler(request.sampler, seed, self.view)
         self.study.sampler = self.sampler
         # Every sampler's proposal is repaired into the space's declared legal set.
-        self.proposer = Proposer(self.space, request.problem, self.view, self.space.judge)
+        self.proposer = Proposer(self.space, request.problem, self.view, self.predict)
         if hasattr(self.sampler, "bind"):  # evolve: plans completed and ranked in the space
-            self.sampler.bind(self.space, request.problem)
+            from tsopt.search.evolve import declared_legal
+
+            self.sampler.bind(self.space, request.problem,
+                              declared_legal(self.space, request.problem, self.predict))
         heartbeat = Heartbeat(self.store, self.run_id, HEARTBEAT_S)
         self.heartbeat = heartbeat
         interrupted_before = signal.getsignal(signal.SIGINT)
@@ -296,7 +305,7 @@ class Driver:
                 from tsopt.search.library import seed_study
 
                 seed_study(self.study, self.space, self.view, request.problem, request.arch,
-                           self.space.judge, lambda text: self.console.print(text, highlight=False))
+                           self.predict, lambda text: self.console.print(text, highlight=False))
             if request.warm_start and not trials:
                 self._warm_start()
             signal.signal(signal.SIGINT, self._on_sigint)
@@ -430,6 +439,8 @@ class Driver:
             self._resume()
             while True:
                 self._fill()
+                if not self.cut_at_budget and self._budget_spent():
+                    self._cut()
                 timeout = POLL_S if self.pool.busy() else 0.0
                 for built in self.pool.poll(timeout):
                     self._evaluated(built)
@@ -443,12 +454,20 @@ class Driver:
                 if self._idle() and not self._may_ask():
                     break
         seconds = time.monotonic() - self.started
+        if self.cut_at_budget and self.measure_pool is not None:
+            self.left_for_resume += self.pool.busy()  # abandoned when the workers close
         if self.interrupted:
             self.console.print(f"study {self.name} interrupted after {seconds:.1f} s; run the "
                                "same command again to resume it", highlight=False)
             return EXIT_INTERRUPTED
         if self.stop_reason and self.stop_reason != "trials":
             self.console.print(f"stopped: {self.stop_reason}", highlight=False)
+        if self.left_for_resume:
+            self.console.print(
+                f"{self.left_for_resume} candidate{'s' if self.left_for_resume != 1 else ''} "
+                "proposed before the time budget ran out were left unbuilt or unmeasured; they "
+                "stay in the study: run the same command with more --time to resume them",
+                highlight=False)
         self._confirm()
         if self.interrupted:
             return EXIT_INTERRUPTED
@@ -461,8 +480,30 @@ class Driver:
         budget = self.request.time_budget_s
         return None if budget is None else budget - (time.monotonic() - self.started)
 
+    def _budget_spent(self) -> bool:
+        budget = self.request.time_budget_s
+        return budget is not None and time.monotonic() - self.started > budget
+
+    def _cut(self) -> None:
+        """``--time`` is a bound on the run, not a wish: once it is spent, what waits for a
+        build slot or for the GPU is not started (a GPU measures a few candidates a second at
+        best, and the queue may hold dozens). Those trials stay running in the study, with
+        whatever was recorded of them; a later run of the same study takes them up. Builds
+        under way are abandoned when the run closes its workers; the final confirmation
+        round still runs."""
+        self.cut_at_budget = True
+        if self.measure_pool is None:
+            return  # built candidates go to the bundle, which costs nothing
+        self.left_for_resume += len(self.to_evaluate)
+        self.to_evaluate.clear()
+        queued = self.measure_pool.drop_queued()
+        self.left_for_resume += sum(1 for tag in queued if isinstance(tag, Job))
+
     def _idle(self) -> bool:
         measuring = self.measure_pool.pending() if self.measure_pool is not None else 0
+        if self.cut_at_budget and self.measure_pool is not None:
+            # Builds under way are abandoned; only a measurement in flight is waited for.
+            return not (measuring or self.to_bundle or self.foreign)
         return not (self.pool.busy() or self.to_evaluate or measuring or self.to_bundle
                     or self.foreign)
 
@@ -791,6 +832,9 @@ class Driver:
 
     def _to_measure(self, job: Job) -> None:
         assert job.build is not None and job.build.artifact_dir
+        if self.measure_pool is not None and self.cut_at_budget:
+            self.left_for_resume += 1  # built after the cut: measured by a later run
+            return
         if self.measure_pool is not None:
             self.measure_pool.submit(job, MeasureRequest(job.build.artifact_dir, job.genome.hash,
                                                          self.request.problem.to_dict()))

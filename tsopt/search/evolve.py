@@ -39,7 +39,7 @@ from tsopt.search.cost_model import CostModel
 
 if TYPE_CHECKING:
     from tsopt.core.problem import Problem
-    from tsopt.core.space import SearchSpace
+    from tsopt.core.space import Judge, SearchSpace
 
 POPULATION = 8
 """Parents: the best measured candidates."""
@@ -306,7 +306,7 @@ def _evolve_sampler_class() -> type:
             self.evolution.complete = space_completer(space, problem, self.view)
             self.evolution.model.sizes = dict(problem.sizes)
             if legal is None:
-                legal = _declared_legal(space, problem)
+                legal = declared_legal(space, problem)
             self.evolution.legal = legal
 
         # -- Optuna's interface -----------------------------------------------------------
@@ -365,14 +365,16 @@ def _evolve_sampler_class() -> type:
     return EvolveSampler
 
 
-def _declared_legal(space: SearchSpace,
-                    problem: Problem) -> Callable[[Mapping[str, Any]], bool] | None:
+def declared_legal(space: SearchSpace, problem: Problem,
+                   judge: Judge | None = None) -> Callable[[Mapping[str, Any]], bool] | None:
     """The space's declared legal set (``SearchSpace.proposal_factors``) as a test on params,
-    when it declares one (and has a verifier to judge its factors with)."""
+    when it declares one (and has a verifier to judge its factors with: ``judge``, else the
+    space's own)."""
     factors_of = getattr(space, "proposal_factors", None)
-    if factors_of is None or space.judge is None:
+    judge = judge or space.judge
+    if factors_of is None or judge is None:
         return None
-    factors = tuple(factors_of(problem, space.judge) or ())
+    factors = tuple(factors_of(problem, judge) or ())
     if not factors:
         return None
     return lambda params: all(f.legal(params) for f in factors)

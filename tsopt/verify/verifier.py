@@ -302,6 +302,9 @@ def check_genome_schema(genome: Genome, problem: Problem | None = None,
 
 _BFS_CONTEXT: contextvars.ContextVar[tuple[VerdictCache, str, str] | None] = (
     contextvars.ContextVar("tsopt_bfs_memo", default=None))
+_BFS_PREDICT: contextvars.ContextVar[bool] = contextvars.ContextVar("tsopt_bfs_predict",
+                                                                  default=False)
+"""Set while a :func:`predicting_judge` judges: an exhaustive search not memoised is skipped."""
 _BFS_PATCH_LOCK = threading.Lock()
 _BFS_PATCHED: list[bool] = []
 
@@ -334,8 +337,10 @@ def _install_bfs_memo() -> None:
 
         def memoised(self: Any) -> None:
             context = _BFS_CONTEXT.get()
+            predicting = _BFS_PREDICT.get()
             if context is None:
-                original(self)
+                if not predicting:
+                    original(self)
                 return
             cache, space_name, key = context
             full = (space_name, key, _alias_fingerprint(self))
@@ -344,6 +349,8 @@ def _install_bfs_memo() -> None:
                 if error is not None:
                     raise ValueError(error)
                 return
+            if predicting:
+                return  # a prediction: the candidate's own verification runs the search
             try:
                 original(self)
             except ValueError as exc:
@@ -544,6 +551,44 @@ def verdict_cache_key(
     """The key under which the TS outcome of ``genome`` is cached (and stored in the DB)."""
     n = domain if domain is not None else space.verify_domain(genome)
     return f"{space.verdict_key(genome, problem)}|domain={n}"
+
+
+class _PredictionCache(VerdictCache):
+    """The memo of a :func:`predicting_judge`: reads what ``real`` knows (whole verdicts, TS
+    outcomes, exhaustive searches), keeps what it predicts to itself, so that a prediction
+    never stands in for a verdict."""
+
+    def __init__(self, real: VerdictCache) -> None:
+        super().__init__(lookup=real._lookup)
+        self._real = real
+
+    def find_judged(self, key: JudgedKey) -> Verdict | None:
+        found = super().find_judged(key)
+        return found if found is not None else self._real.find_judged(key)
+
+    def bfs_get(self, key: tuple[str, str, Any]) -> tuple[bool, str | None]:
+        known, error = super().bfs_get(key)
+        return (known, error) if known else self._real.bfs_get(key)
+
+
+def predicting_judge(space: SearchSpace, cache: VerdictCache | None = None) -> Judge:
+    """A fast :data:`~tsopt.core.space.Judge` for proposals (the legal-set factors, the seed
+    library's genomes): the verifier's gates as :func:`judge_for` runs them, except TS's
+    exhaustive interleaving search where ``cache`` has not memoised it (seconds to minutes on
+    a deep persistent pipeline, in the searching process, with the GPU waiting). Its verdicts
+    are predictions: kept in a memo of their own, never recorded; every candidate built is
+    judged again in full (:func:`verify_genome`) by its worker."""
+    local = _PredictionCache(cache if cache is not None else VerdictCache())
+
+    def judge(genome: Genome, problem: Problem) -> Verdict:
+        _install_bfs_memo()  # the skip lives in the patched checker
+        token = _BFS_PREDICT.set(True)
+        try:
+            return verify_genome(genome, problem, space=space, cache=local)
+        finally:
+            _BFS_PREDICT.reset(token)
+
+    return judge
 
 
 def judge_for(space: SearchSpace, cache: VerdictCache | None = None) -> Judge:
