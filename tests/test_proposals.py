@@ -187,3 +187,31 @@ def test_a_second_study_in_the_database_judges_nothing_already_judged(tmp_path: 
         second = store.candidates("second")
         assert {c.genome_hash for c in second} == first
         assert all(c.verdict is not None for c in second)
+
+
+def test_a_prediction_skips_the_exhaustive_search_and_is_never_recorded(gemm: Any) -> None:
+    """What the searching process judges itself (proposals, library genomes) goes through
+    ``predicting_judge``: TS's exhaustive search, seconds on a persistent two-warpgroup
+    pipeline, is skipped where it is not memoised, and the prediction is kept apart from the
+    verdicts: the full judge after it still searches, and records."""
+    import time
+
+    from tsopt.verify.verifier import predicting_judge
+
+    real = VerdictCache()
+    predict = predicting_judge(gemm, real)
+    genome = gemm.seed_genome(PROBLEM).replace(persistent=True)
+    key = judged_key(gemm, genome, PROBLEM)
+    start = time.process_time()
+    predicted = predict(genome, PROBLEM)
+    predicting = time.process_time() - start
+    assert predicted.valid
+    assert real.find_judged(key) is None and real.bfs_runs == 0 and real.verified == 0
+    start = time.process_time()
+    full = judge_for(gemm, real)(genome, PROBLEM)
+    searching = time.process_time() - start
+    assert full.valid and real.bfs_runs >= 1 and real.find_judged(key) is not None
+    assert searching > 3 * predicting, (searching, predicting)
+    # Once the real memo holds the full verdict, a prediction reads it whole.
+    again = predict(genome, PROBLEM)
+    assert again.valid and again.cached

@@ -568,7 +568,12 @@ class _PredictionCache(VerdictCache):
 
     def bfs_get(self, key: tuple[str, str, Any]) -> tuple[bool, str | None]:
         known, error = super().bfs_get(key)
-        return (known, error) if known else self._real.bfs_get(key)
+        if known:
+            return known, error
+        with self._real._lock:  # a peek: the real memo's counters are its own searches'
+            if key in self._real._bfs:
+                return True, self._real._bfs[key]
+        return False, None
 
 
 def predicting_judge(space: SearchSpace, cache: VerdictCache | None = None) -> Judge:
