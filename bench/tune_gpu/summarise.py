@@ -128,10 +128,13 @@ def main() -> int:
         lib = "off" if "nolib" in s["study"] else "on"
         ratio = (f"{w['ratio']:.3f} [{w['lo']:.3f}, {w['hi']:.3f}]" if w.get("lo") is not None
                  else (f"{w['ratio']:.3f}" if w else "-"))
+        if cpu is None:  # nothing built: nothing to account for
+            lines.append(f"| {s['study']} | {s['problem']} | - | - | {measured} | 0 | - | - | - | "
+                         "- | - |")
+            continue
         lines.append(f"| {s['study']} | {s['problem']} | {s['config'].get('seed')} | {lib} | "
                      f"{measured} | {s['built']} | {cpu:.2f} | {w.get('genome', '-')} | {ratio} | "
-                     f"{w.get('first_measured_t') or 0:.0f} s | {hbm} |" if cpu is not None else
-                     f"| {s['study']} | {s['problem']} | - | - | {measured} | 0 | - | - | - | - | - |")
+                     f"{w.get('first_measured_t') or 0:.0f} s | {hbm} |")
     cl = ["", "| problem | genome | labels | ratio per pass | mean |", "|---|---|---|---|---|"]
     for spec, rows in cross.items():
         for h, r in sorted(rows.items(), key=lambda kv: -statistics.mean(

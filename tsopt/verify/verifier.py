@@ -194,6 +194,11 @@ class VerdictCache:
             self.bfs_runs += 1
             return False, None
 
+    def bfs_peek(self, key: tuple[str, str, Any]) -> tuple[bool, str | None]:
+        """:meth:`bfs_get` without counting: a reader that will not search on a miss."""
+        with self._lock:
+            return (True, self._bfs[key]) if key in self._bfs else (False, None)
+
     def bfs_put(self, key: tuple[str, str, Any], error: str | None) -> None:
         with self._lock:
             self._bfs[key] = error
@@ -568,12 +573,7 @@ class _PredictionCache(VerdictCache):
 
     def bfs_get(self, key: tuple[str, str, Any]) -> tuple[bool, str | None]:
         known, error = super().bfs_get(key)
-        if known:
-            return known, error
-        with self._real._lock:  # a peek: the real memo's counters are its own searches'
-            if key in self._real._bfs:
-                return True, self._real._bfs[key]
-        return False, None
+        return (known, error) if known else self._real.bfs_peek(key)
 
 
 def predicting_judge(space: SearchSpace, cache: VerdictCache | None = None) -> Judge:
