@@ -15,6 +15,7 @@ from tsopt.db.store import Store
 from tsopt.db.views import CandidateInfo, RankedCandidate, StudyInfo
 from tsopt.reports.importance import METHOD, MIN_TIMED, RELIABLE_TIMED, importance
 from tsopt.reports.schedule import schedule_view
+from tsopt.verify.verifier import search_bound
 
 TOP_ROWS = 100
 """Rows of the top-candidates table (the fastest correct candidates)."""
@@ -132,6 +133,14 @@ def _fallback_schedule(candidates: Sequence[CandidateInfo]) -> dict[str, Any] | 
     return None
 
 
+def _bounded(candidates: Sequence[CandidateInfo]) -> dict[str, Any]:
+    """How many valid candidates rest on an exhaustive TS search that stopped at its state
+    bound (no counterexample, no complete proof), of how many valid, and the bound."""
+    valid = [c.verdict for c in candidates if c.verdict is not None and c.verdict.valid]
+    bounds = [b for b in map(search_bound, valid) if b is not None]
+    return {"count": len(bounds), "valid": len(valid), "bound": max(bounds, default=None)}
+
+
 def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, Any]:
     """Everything the page shows for one study."""
     info = store.get_study(name)
@@ -174,6 +183,7 @@ def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, An
             for r in store.rejections(name)
         ],
         "measurement_statuses": statuses,
+        "bounded": _bounded(candidates),
         "best": _best_block(ranked[0], store.baselines(info.problem_key)) if ranked else None,
         "convergence": _convergence(info, candidates),
         "importance": {

@@ -215,3 +215,43 @@ def test_a_prediction_skips_the_exhaustive_search_and_is_never_recorded(gemm: An
     # Once the real memo holds the full verdict, a prediction reads it whole.
     again = predict(genome, PROBLEM)
     assert again.valid and again.cached
+
+
+def test_a_search_cut_by_its_bound_says_so_in_a_valid_verdict(gemm: Any, monkeypatch) -> None:
+    """TS's exhaustive checker stops at a bound of explored states and, with no counterexample
+    by then, passes the schedule while it prints a warning nobody reads. A verdict of such a
+    search is valid but carries the note, with the bound, through the memo and the database's
+    whole verdicts; a search that finished carries none. The bound is part of every key, so a
+    verdict under one bound is never served under another."""
+    from tsopt.core.errors import UserInputError
+    from tsopt.verify.verifier import (
+        TS_MAX_STATES_ENV,
+        search_bound,
+        ts_max_states,
+        verdict_cache_key,
+    )
+
+    deep = gemm.genome(consumers=2, tile_n=128, stages=4)  # two warpgroups: > 2,000 states
+    shallow = gemm.genome(consumers=1, tile_n=128, stages=4, split_k=2)  # ~600 states
+    default_key = verdict_cache_key(gemm, deep, PROBLEM)
+    monkeypatch.setenv(TS_MAX_STATES_ENV, "2000")
+    assert ts_max_states() == 2000
+    assert verdict_cache_key(gemm, deep, PROBLEM) == default_key + "|states=2000"
+    cache = VerdictCache()
+    cut = verify_genome(deep, PROBLEM, space=gemm, cache=cache)
+    assert cut.valid and search_bound(cut) == 2000 and "not a complete proof" in cut.message
+    # A numeric variant of the same schedule is served by the memo: still marked as cut.
+    variant = verify_genome(deep.replace(consumer_regs=216), PROBLEM, space=gemm, cache=cache)
+    assert cache.bfs_hits == 1 and search_bound(variant) == 2000
+    # So is the whole verdict, read back from a database.
+    with Store("sqlite://") as store:
+        backed = VerdictCache(judged=store)
+        verify_genome(deep, PROBLEM, space=gemm, cache=backed)
+        stored = store.find_judged(judged_key(gemm, deep, PROBLEM))
+        assert stored is not None and search_bound(stored) == 2000
+    complete = verify_genome(shallow, PROBLEM, space=gemm, cache=cache)
+    assert complete.valid and complete.message is None and search_bound(complete) is None
+    for bad in ("0", "-5", "many"):
+        monkeypatch.setenv(TS_MAX_STATES_ENV, bad)
+        with pytest.raises(UserInputError, match=f"{TS_MAX_STATES_ENV}='{bad}'"):
+            ts_max_states()

@@ -454,3 +454,25 @@ def test_the_copy_spaces_seed_schedule_shows_its_warp_layout() -> None:
     assert [(op.name, op.section) for v in views for op in v.ops] == [
         (p.op, p.section) for t in seed.schedule for p in t.ops
     ]
+
+
+def test_the_document_counts_valid_candidates_whose_ts_search_was_cut(tmp_path: Path) -> None:
+    """A valid verdict whose exhaustive TS search stopped at its state bound is valid but no
+    complete proof: the report counts those among the valid candidates and names the bound."""
+    from tests.synthetic_study import all_genomes
+    from tsopt.core.records import Verdict
+    from tsopt.reports.data import study_document
+    from tsopt.verify.verifier import BOUNDED_NOTE
+
+    with Store(f"sqlite:///{tmp_path / 'bounded.db'}") as store:
+        store.create_or_get_study("cut", SPACE, PROBLEM, "sm_90a", "tpe", {})
+        first, second, third = all_genomes(3)
+        note = BOUNDED_NOTE.format(bound=1_000_000)
+        for genome, verdict in (
+                (first, Verdict(first.hash, True, "ok", None, note, 1.0, 6)),
+                (second, Verdict.ok(second.hash, 0.1, 6)),
+                (third, Verdict.reject(third.hash, "ts", "ts.deadlock", "blocked"))):
+            cid = store.add_candidate("cut", genome, "suggest")
+            store.record_verdict(cid, SPACE, genome.hash, verdict)
+        assert study_document(store, "cut")["bounded"] == {
+            "count": 1, "valid": 2, "bound": 1_000_000}

@@ -178,6 +178,8 @@ def verify(
         verdict = verify_genome(genome, target, domain=domain)
     if verdict.valid:
         console.print(f"[green]valid[/]  ({verdict.seconds * 1e3:.1f} ms, domain {verdict.domain})")
+        if verdict.message:  # a search cut by its bound: valid, but not a complete proof
+            console.print(f"[yellow]note[/]  {escape(verdict.message)}", highlight=False)
         raise typer.Exit(0)
     console.print(f"[red]rejected[/] \\[{verdict.stage}] {escape(str(verdict.rule))}: "
                   f"{escape(str(verdict.message))}", highlight=False)

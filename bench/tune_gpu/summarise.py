@@ -6,6 +6,11 @@ RESULTS_DIR holds ``<study>.db`` and ``<study>.log`` (run_plan.py) and optionall
 ``crosscheck/*.results.json`` + ``labels.json``. Writes ``tune-gpu.json`` (every study's
 timeline of paired measurements, its winner, its CPU accounting; every cross-check row),
 ``tune-gpu.md`` (the tables) and ``tune-gpu-8192.png`` (best-so-far against wall time).
+
+Issue #12's clock: a study "reaches within 2 %" at the first measurement whose paired ratio is
+at least 0.98 x the problem's best known ratio. The best known is the highest mean ratio in
+the cross-check of that problem (the best-known genomes and every study's winner measured side
+by side, twice); a problem with no cross-check has no reference and no such time.
 """
 
 from __future__ import annotations
@@ -98,6 +103,32 @@ def crosscheck_facts(folder: Path) -> dict:
     return out
 
 
+WITHIN = 0.98
+
+
+def references(cross: dict) -> dict[str, dict]:
+    """problem key -> the cross-check's best (genome, labels, mean ratio)."""
+    out: dict[str, dict] = {}
+    for spec, rows in cross.items():
+        problem = spec.removeprefix("cc-")
+        for genome, row in rows.items():
+            ratios = [x["ratio"] for x in row["passes"] if x["ratio"]]
+            if len(ratios) < 2:
+                continue  # one pass is not side by side with the others' both orders
+            mean = statistics.mean(ratios)
+            if mean > out.get(problem, {}).get("ratio", 0.0):
+                out[problem] = {"genome": genome, "labels": row["labels"], "ratio": mean}
+    return out
+
+
+def reached_at(study: dict, reference: dict | None) -> float | None:
+    """Seconds from the study's start to its first paired ratio within 2 % of the reference."""
+    if reference is None:
+        return None
+    return next((x["t"] for x in study["measurements"] if x["status"] == "ok" and x["ratio"]
+                 and x["ratio"] >= WITHIN * reference["ratio"]), None)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("dirs", nargs="+", type=Path)
@@ -111,11 +142,17 @@ def main() -> int:
             plans += json.loads((d / "plan.json").read_text())
         if (d / "crosscheck").is_dir():
             cross.update(crosscheck_facts(d / "crosscheck"))
-    doc = {"plans": plans, "studies": studies, "crosscheck": cross}
+    refs = references(cross)
+    for s in studies:
+        ref = refs.get(s["problem"])
+        s["reference"] = ref
+        s["within_2pct_at_s"] = reached_at(s, ref)
+    doc = {"plans": plans, "studies": studies, "crosscheck": cross, "references": refs}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "tune-gpu.json").write_text(json.dumps(doc, indent=1))
     lines = ["| study | problem | seed | library | measured | built | CPU s / built | "
-             "winner | ratio [95 %] | first measured at | HBM |", "|" + "---|" * 11]
+             "winner | ratio [95 %] | first measured at | HBM | within 2 % of best known at |",
+             "|" + "---|" * 12]
     for s in studies:
         w = s["winner"] or {}
         measured = sum(1 for x in s["measurements"] if x["status"] == "ok")
@@ -130,11 +167,11 @@ def main() -> int:
                  else (f"{w['ratio']:.3f}" if w else "-"))
         if cpu is None:  # nothing built: nothing to account for
             lines.append(f"| {s['study']} | {s['problem']} | - | - | {measured} | 0 | - | - | - | "
-                         "- | - |")
+                         "- | - | - |")
             continue
         lines.append(f"| {s['study']} | {s['problem']} | {s['config'].get('seed')} | {lib} | "
                      f"{measured} | {s['built']} | {cpu:.2f} | {w.get('genome', '-')} | {ratio} | "
-                     f"{w.get('first_measured_t') or 0:.0f} s | {hbm} |")
+                     f"{w.get('first_measured_t') or 0:.0f} s | {hbm} | {_reach(s)} |")
     cl = ["", "| problem | genome | labels | ratio per pass | mean |", "|---|---|---|---|---|"]
     for spec, rows in cross.items():
         for h, r in sorted(rows.items(), key=lambda kv: -statistics.mean(
@@ -143,6 +180,10 @@ def main() -> int:
             cl.append(f"| {spec} | {h} | {'; '.join(r['labels'])} | "
                       f"{', '.join(f'{x:.3f}' for x in ratios)} | "
                       f"{statistics.mean(ratios) if ratios else 0:.3f} |")
+    rl = ["", "| problem | best known (cross-check) | mean ratio | labels |", "|---|---|---|---|"]
+    rl += [f"| {k} | {v['genome']} | {v['ratio']:.3f} | {'; '.join(v['labels'])} |"
+           for k, v in sorted(refs.items())]
+    cl += rl
     (args.out / "tune-gpu.md").write_text("\n".join(lines + cl) + "\n")
     print("\n".join(lines + cl))
     try:
@@ -164,6 +205,10 @@ def main() -> int:
                 ys.append(best)
         if xs:
             ax.step(xs, ys, where="post", label=s["study"])
+    ref = refs.get("gemm-bf16-8192x8192x8192")
+    if ref is not None:
+        ax.axhline(WITHIN * ref["ratio"], color="grey", ls="--", lw=1,
+                   label=f"2 % below the best known ({ref['genome']}, {ref['ratio']:.3f})")
     ax.set_xlabel("seconds since the study started")
     ax.set_ylabel("best paired ratio to cuBLAS so far")
     ax.set_title("tsopt tune gemm 8192^3 on one H200, 15 build processes")
@@ -172,6 +217,13 @@ def main() -> int:
     fig.tight_layout()
     fig.savefig(args.out / "tune-gpu-8192.png", dpi=120)
     return 0
+
+
+def _reach(study: dict) -> str:
+    if study.get("reference") is None:
+        return "no reference"
+    at = study.get("within_2pct_at_s")
+    return "not reached" if at is None else f"{at:.0f} s"
 
 
 if __name__ == "__main__":

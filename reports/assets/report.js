@@ -377,9 +377,17 @@
       return {label: x.label, value: x.count, text: x.count.toLocaleString("en-US") + pct,
               color: "#2f6fdf"};
     });
-    return card("Funnel", [figure("funnel", barChart(items, {title: "funnel", labelWidth: 130}),
+    var parts = [figure("funnel", barChart(items, {title: "funnel", labelWidth: 130}),
       "Candidates that passed each gate: raw \u2192 dataflow-legal \u2192 TS-valid \u2192 " +
-      "tsopt-checked \u2192 built \u2192 correct \u2192 timed.")], "funnel");
+      "tsopt-checked \u2192 built \u2192 correct \u2192 timed.")];
+    var b = st.bounded;
+    if (b && b.count) {
+      parts.push(h("p", {"class": "note bounded", text: b.count.toLocaleString("en-US") + " of the " +
+        b.valid.toLocaleString("en-US") + " valid candidates passed TS's exhaustive interleaving " +
+        "search only up to its bound of " + b.bound.toLocaleString("en-US") + " explored states " +
+        "(no deadlock or race found, but not a complete proof)."}));
+    }
+    return card("Funnel", parts, "funnel");
   }
 
   function rejectionSection(st) {

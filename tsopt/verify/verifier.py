@@ -30,6 +30,13 @@ a :class:`~tsopt.core.records.Verdict`. Three memos, each keyed by what can chan
   the space's ``ts_schedule_key`` plus the skeleton's SMEM aliasing: numeric variants of one
   schedule (register budgets, tile sizes) share one search. TS's other checks run each time.
 
+That checker stops at a bound of explored states (TS's ``max_states``, 1,000,000 in DSL
+4.8.1; ``TSOPT_TS_MAX_STATES`` sets another) and, having found no counterexample by then,
+passes the schedule with a warning that TS prints and nobody reads. A persistent GEMM with two
+consumer warpgroups always reaches it (its interleavings number more than the bound). Such a
+verdict is valid but not a complete proof, and it says so: its ``message`` is the
+:data:`BOUNDED_NOTE` with the bound, read back by :func:`search_bound`.
+
 The tsopt gate is cheap and runs every time a verdict is not memoised whole.
 """
 
@@ -66,6 +73,44 @@ FAULT_GENE_RULE = "tsopt.fault_gene"
 """A genome carrying a fault-injection gene (``planted.*``) outside a process that plants
 faults on purpose (``TSOPT_ALLOW_FAULT_GENES=1``): rejected at the dataflow gate."""
 MAX_VERIFY_DOMAIN = 4096  # iterations of the host check; 256 take a third of a second
+TS_MAX_STATES_ENV = "TSOPT_TS_MAX_STATES"
+"""Environment variable: the exhaustive checker's bound on explored states (unset: TS's)."""
+BOUNDED_NOTE = ("TS's exhaustive interleaving search stopped at its bound of {bound:,} explored "
+                "states with no deadlock or race found: not a complete proof")
+"""The message of a valid verdict whose exhaustive search was cut by its bound."""
+_BOUND_PATTERN = re.compile(r"stopped at its bound of ([\d,]+) explored states")
+
+
+def search_bound(verdict: Verdict) -> int | None:
+    """The state bound that cut ``verdict``'s exhaustive search, or None (the search was
+    complete, or the verdict is a rejection)."""
+    if not verdict.valid or not verdict.message:
+        return None
+    found = _BOUND_PATTERN.search(verdict.message)
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def ts_max_states() -> int | None:
+    """The exhaustive checker's state bound this process asks for (None: TS's own default).
+    A value that is not a positive integer is refused, naming it."""
+    raw = os.environ.get(TS_MAX_STATES_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw.replace("_", ""))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UserInputError(f"{TS_MAX_STATES_ENV}={raw!r}: the exhaustive checker's bound must "
+                             "be a positive number of states")
+    return value
+
+
+def _bound_suffix() -> str:
+    """What a non-default state bound adds to every key a TS outcome is memoised under: an
+    outcome found under one bound says nothing of another."""
+    bound = ts_max_states()
+    return "" if bound is None else f"|states={bound}"
 
 # TS raises ValueError with a precise sentence; these map it to a stable rule name.
 TS_RULES: tuple[tuple[str, str], ...] = (
@@ -119,6 +164,17 @@ class _TsOutcome:
     rule: str | None
     message: str | None
     seconds: float
+    bounded: int | None = None
+    """The state bound that cut the exhaustive search (None: complete, or not run)."""
+
+
+@dataclass(frozen=True)
+class _Searched:
+    """One exhaustive search's outcome, as memoised: TS's error (None: it passed) and the
+    bound that cut it short (None: it finished)."""
+
+    error: str | None
+    bounded: int | None = None
 
 
 class JudgedBacking(Protocol):
@@ -147,7 +203,7 @@ class VerdictCache:
     ) -> None:
         self._memory: dict[tuple[str, str], _TsOutcome] = {}
         self._judged: dict[JudgedKey, Verdict] = {}
-        self._bfs: dict[tuple[str, str, Any], str | None] = {}
+        self._bfs: dict[tuple[str, str, Any], _Searched] = {}
         self._lock = threading.Lock()
         self._lookup = lookup
         self._backing = judged
@@ -184,24 +240,23 @@ class VerdictCache:
         if self._backing is not None:
             self._backing.record_judged(key, verdict)
 
-    def bfs_get(self, key: tuple[str, str, Any]) -> tuple[bool, str | None]:
-        """(known, error): whether the checker's outcome under ``key`` is memoised, and the
-        error it raised (None: it passed)."""
+    def bfs_get(self, key: tuple[str, str, Any]) -> _Searched | None:
+        """The checker's memoised outcome under ``key`` (None: not searched yet)."""
         with self._lock:
             if key in self._bfs:
                 self.bfs_hits += 1
-                return True, self._bfs[key]
+                return self._bfs[key]
             self.bfs_runs += 1
-            return False, None
+            return None
 
-    def bfs_peek(self, key: tuple[str, str, Any]) -> tuple[bool, str | None]:
+    def bfs_peek(self, key: tuple[str, str, Any]) -> _Searched | None:
         """:meth:`bfs_get` without counting: a reader that will not search on a miss."""
         with self._lock:
-            return (True, self._bfs[key]) if key in self._bfs else (False, None)
+            return self._bfs.get(key)
 
-    def bfs_put(self, key: tuple[str, str, Any], error: str | None) -> None:
+    def bfs_put(self, key: tuple[str, str, Any], searched: _Searched) -> None:
         with self._lock:
-            self._bfs[key] = error
+            self._bfs[key] = searched
 
     def get(self, space: str, key: str) -> _TsOutcome | None:
         with self._lock:
@@ -209,10 +264,12 @@ class VerdictCache:
         if found is None and self._lookup is not None:
             verdict = self._lookup(space, key)
             if verdict is not None and verdict.stage in ("ts", "tsopt", "ok"):
-                # Only the TS gate is cached; a stored tsopt rejection passed TS.
+                # Only the TS gate is cached; a stored tsopt rejection passed TS (whether its
+                # search was bounded is not kept with a rejection: it decides nothing).
                 ts_ok = verdict.stage != "ts"
                 found = _TsOutcome(
-                    ts_ok, None if ts_ok else verdict.rule, None if ts_ok else verdict.message, 0.0
+                    ts_ok, None if ts_ok else verdict.rule, None if ts_ok else verdict.message, 0.0,
+                    search_bound(verdict),
                 )
                 with self._lock:
                     self._memory[(space, key)] = found
@@ -310,8 +367,19 @@ _BFS_CONTEXT: contextvars.ContextVar[tuple[VerdictCache, str, str] | None] = (
 _BFS_PREDICT: contextvars.ContextVar[bool] = contextvars.ContextVar("tsopt_bfs_predict",
                                                                   default=False)
 """Set while a :func:`predicting_judge` judges: an exhaustive search not memoised is skipped."""
+_BFS_RUN: contextvars.ContextVar[_SearchLog | None] = contextvars.ContextVar(
+    "tsopt_bfs_run", default=None)
+"""Set by :func:`run_ts_checks`: the bound to search under, and what each search did."""
 _BFS_PATCH_LOCK = threading.Lock()
 _BFS_PATCHED: list[bool] = []
+
+
+@dataclass
+class _SearchLog:
+    """The searches of one skeleton build: the bound asked for, and each search's outcome."""
+
+    max_states: int | None
+    bounded: int | None = None
 
 
 def _alias_fingerprint(manager: Any) -> tuple[Any, ...]:
@@ -336,9 +404,24 @@ def _install_bfs_memo() -> None:
     with _BFS_PATCH_LOCK:
         if _BFS_PATCHED:
             return
+        from cutlass.experimental.task_scheduling import exhaustive_checker
         from cutlass.experimental.task_scheduling.task_manager import TaskManager
 
         original = TaskManager._exhaustive_aliasing_races
+        search = exhaustive_checker.check_all_interleavings
+
+        def bounded(*args: Any, **kwargs: Any) -> Any:
+            # TS imports the checker from its module at each call, so this sees every search.
+            log = _BFS_RUN.get()
+            if log is None:
+                return search(*args, **kwargs)
+            if log.max_states is not None:
+                kwargs["max_states"] = log.max_states
+            result = search(*args, **kwargs)
+            if result.hit_state_limit:
+                bound = kwargs.get("max_states", _ts_default_bound(search))
+                log.bounded = max(log.bounded or 0, int(bound))
+            return result
 
         def memoised(self: Any) -> None:
             context = _BFS_CONTEXT.get()
@@ -349,22 +432,36 @@ def _install_bfs_memo() -> None:
                 return
             cache, space_name, key = context
             full = (space_name, key, _alias_fingerprint(self))
-            known, error = cache.bfs_get(full)
-            if known:
-                if error is not None:
-                    raise ValueError(error)
+            log = _BFS_RUN.get()
+            known = cache.bfs_get(full)
+            if known is not None:
+                if log is not None and known.bounded is not None:
+                    log.bounded = known.bounded
+                if known.error is not None:
+                    raise ValueError(known.error)
                 return
             if predicting:
                 return  # a prediction: the candidate's own verification runs the search
+            before = log.bounded if log is not None else None
             try:
                 original(self)
             except ValueError as exc:
-                cache.bfs_put(full, str(exc))
+                cache.bfs_put(full, _Searched(str(exc)))
                 raise
-            cache.bfs_put(full, None)
+            cut = log.bounded if log is not None and log.bounded != before else None
+            cache.bfs_put(full, _Searched(None, cut))
 
+        exhaustive_checker.check_all_interleavings = bounded
         TaskManager._exhaustive_aliasing_races = memoised  # type: ignore[method-assign]
         _BFS_PATCHED.append(True)
+
+
+def _ts_default_bound(search: Callable[..., Any]) -> int:
+    """TS's own ``max_states`` default (1,000,000 in DSL 4.8.1), read from its signature."""
+    import inspect
+
+    default = inspect.signature(search).parameters["max_states"].default
+    return int(default)
 
 
 @contextlib.contextmanager
@@ -380,7 +477,7 @@ def _bfs_memo(cache: VerdictCache | None, space: SearchSpace, genome: Genome,
         yield
         return
     _install_bfs_memo()
-    token = _BFS_CONTEXT.set((cache, space.name, f"{key}|domain={domain}"))
+    token = _BFS_CONTEXT.set((cache, space.name, f"{key}|domain={domain}{_bound_suffix()}"))
     try:
         yield
     finally:
@@ -393,8 +490,12 @@ def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: 
     the exhaustive checker's outcome is memoised by the space's ``ts_schedule_key``."""
     start = time.perf_counter()
     sink = io.StringIO()
+    log = _SearchLog(ts_max_states())
+    _install_bfs_memo()  # the bound and the record of a cut search live in the patch
+    token = _BFS_RUN.set(log)
     try:
-        # TS prints tables and warnings while it checks; a verdict is what we keep.
+        # TS prints tables and warnings while it checks (its warning of a search cut by the
+        # bound among them); the log keeps that fact, the verdict says it.
         with (
             contextlib.redirect_stdout(sink),
             contextlib.redirect_stderr(sink),
@@ -410,7 +511,9 @@ def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: 
             _first_lines(f"{type(exc).__name__}: {exc}"),
             time.perf_counter() - start,
         )
-    return _TsOutcome(True, None, None, time.perf_counter() - start)
+    finally:
+        _BFS_RUN.reset(token)
+    return _TsOutcome(True, None, None, time.perf_counter() - start, log.bounded)
 
 
 def verify_genome(
@@ -472,7 +575,7 @@ def _judge(genome: Genome, problem: Problem, domain: int | None, space: SearchSp
     if n > MAX_VERIFY_DOMAIN:
         raise UserInputError(f"--domain {n}: at most {MAX_VERIFY_DOMAIN} iterations (the check "
                              "grows with the domain; stages + 2 suffice)")
-    key = f"{space.verdict_key(genome, problem)}|domain={n}"
+    key = f"{space.verdict_key(genome, problem)}|domain={n}{_bound_suffix()}"
     outcome = cache.get(space.name, key)
     cached = outcome is not None
     if outcome is None:
@@ -501,7 +604,8 @@ def _judge(genome: Genome, problem: Problem, domain: int | None, space: SearchSp
                 f" (and {len(findings) - 1} more: " + ", ".join(f.rule for f in findings[1:]) + ")"
             )
         return Verdict(genome.hash, False, "tsopt", first.rule, message, seconds, n, cached)
-    return Verdict(genome.hash, True, "ok", None, None, seconds, n, cached)
+    note = None if outcome.bounded is None else BOUNDED_NOTE.format(bound=outcome.bounded)
+    return Verdict(genome.hash, True, "ok", None, note, seconds, n, cached)
 
 
 _VERSIONS: dict[type, str] = {}
@@ -546,6 +650,7 @@ def judged_key(space: SearchSpace, genome: Genome, problem: Problem,
     from tsopt.core.dsl_env import DEFAULT_ARCH
 
     problem_key = problem.key if domain is None else f"{problem.key}|domain={domain}"
+    problem_key += _bound_suffix()
     return JudgedKey(space.name, genome.hash, problem_key,
                      os.environ.get("CUTE_DSL_ARCH") or DEFAULT_ARCH, verifier_version(space))
 
@@ -555,7 +660,7 @@ def verdict_cache_key(
 ) -> str:
     """The key under which the TS outcome of ``genome`` is cached (and stored in the DB)."""
     n = domain if domain is not None else space.verify_domain(genome)
-    return f"{space.verdict_key(genome, problem)}|domain={n}"
+    return f"{space.verdict_key(genome, problem)}|domain={n}{_bound_suffix()}"
 
 
 class _PredictionCache(VerdictCache):
@@ -571,9 +676,9 @@ class _PredictionCache(VerdictCache):
         found = super().find_judged(key)
         return found if found is not None else self._real.find_judged(key)
 
-    def bfs_get(self, key: tuple[str, str, Any]) -> tuple[bool, str | None]:
-        known, error = super().bfs_get(key)
-        return (known, error) if known else self._real.bfs_peek(key)
+    def bfs_get(self, key: tuple[str, str, Any]) -> _Searched | None:
+        known = super().bfs_get(key)
+        return known if known is not None else self._real.bfs_peek(key)
 
 
 def predicting_judge(space: SearchSpace, cache: VerdictCache | None = None) -> Judge:
