@@ -128,6 +128,29 @@ class JudgedRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class TsSearchRow(Base):
+    """One run of TS's exhaustive interleaving search (``tsopt.core.records.TsSearch``): the
+    memo of the checker that costs seconds on deep pipelines, shared by every worker and study
+    of the database. Keyed by the schedule searched (a digest of the space's
+    ``ts_schedule_key``, domain and state bound), the skeleton's SMEM aliasing and the
+    verifier's version; a row holds TS's error (NULL: nothing found) and the bound that cut
+    the search short (NULL: complete)."""
+
+    __tablename__ = "tsopt_ts_search"
+    __table_args__ = (UniqueConstraint("space", "schedule", "aliasing", "tool_version",
+                                       name="uq_tsopt_ts_search_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    space: Mapped[str] = mapped_column(String(64))
+    schedule: Mapped[str] = mapped_column(String(64))
+    aliasing: Mapped[str] = mapped_column(String(64))
+    tool_version: Mapped[str] = mapped_column(String(64))
+    error: Mapped[str | None] = mapped_column(Text)
+    bounded: Mapped[int | None] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class BuildRow(Base):
     __tablename__ = "tsopt_build"
     __table_args__ = (

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
-from tsopt.core.records import BuildResult, Measurement, Verdict
+from tsopt.core.records import BuildResult, Measurement, TsSearch, Verdict
 from tsopt.core.standing import Standing, standing
 from tsopt.db.models import (
     BuildRow,
@@ -23,6 +23,7 @@ from tsopt.db.models import (
     JudgedRow,
     MeasurementRow,
     StudyRow,
+    TsSearchRow,
     VerdictRow,
 )
 from tsopt.db.views import (
@@ -75,6 +76,13 @@ def verdict_record(row: VerdictRow | JudgedRow) -> Verdict:
         domain=row.domain,
         cached=True,
     )
+
+
+def search_record(row: TsSearchRow) -> TsSearch:
+    """A kept exhaustive search as the record the verifier memoises."""
+    return TsSearch(space=row.space, schedule=row.schedule, aliasing=row.aliasing,
+                    tool_version=row.tool_version, error=row.error, bounded=row.bounded,
+                    seconds=row.seconds)
 
 
 def build_record(row: BuildRow) -> BuildResult:

@@ -40,7 +40,7 @@ from tsopt.core.errors import DatabaseUnusable, UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.names import check_study_name
 from tsopt.core.problem import Problem
-from tsopt.core.records import MEASURE_STATUSES, BuildResult, Measurement, Verdict
+from tsopt.core.records import MEASURE_STATUSES, BuildResult, Measurement, TsSearch, Verdict
 from tsopt.core.space import JudgedKey
 from tsopt.db import queries
 from tsopt.db.engine import (
@@ -67,6 +67,7 @@ from tsopt.db.models import (
     MeasurementRow,
     RunRow,
     StudyRow,
+    TsSearchRow,
     VerdictRow,
     utcnow,
 )
@@ -721,6 +722,49 @@ class Store:
             if space is not None:
                 query = query.where(JudgedRow.space == space)
             return int(session.scalar(query) or 0)
+
+    # -- TS's exhaustive searches, shared across workers and studies --------------------
+    def find_search(self, space: str, schedule: str, aliasing: str,
+                    tool_version: str) -> TsSearch | None:
+        """The exhaustive search recorded under this key (any worker's or study's), or None."""
+        with self._reading() as session:
+            row = session.scalar(select(TsSearchRow).where(
+                TsSearchRow.space == space, TsSearchRow.schedule == schedule,
+                TsSearchRow.aliasing == aliasing, TsSearchRow.tool_version == tool_version))
+            return queries.search_record(row) if row is not None else None
+
+    def find_searches(self, space: str, schedule: str, tool_version: str) -> list[TsSearch]:
+        """Every search recorded for ``schedule`` (one per SMEM aliasing seen): what a worker
+        about to verify a genome of that schedule is sent."""
+        with self._reading() as session:
+            rows = session.scalars(select(TsSearchRow).where(
+                TsSearchRow.space == space, TsSearchRow.schedule == schedule,
+                TsSearchRow.tool_version == tool_version).order_by(TsSearchRow.id)).all()
+            return [queries.search_record(row) for row in rows]
+
+    def record_search(self, search: TsSearch) -> None:
+        """Keep ``search`` (a concurrent writer of the same key wins: the outcome is the
+        same)."""
+        with self._writing() as session:
+            fresh = TsSearchRow(space=search.space, schedule=search.schedule,
+                                aliasing=search.aliasing, tool_version=search.tool_version,
+                                error=search.error, bounded=search.bounded,
+                                seconds=search.seconds)
+
+            def lookup() -> TsSearchRow | None:
+                return session.scalar(select(TsSearchRow).where(
+                    TsSearchRow.space == search.space, TsSearchRow.schedule == search.schedule,
+                    TsSearchRow.aliasing == search.aliasing,
+                    TsSearchRow.tool_version == search.tool_version))
+
+            self._insert_or_get(session, fresh, lookup)
+
+    def search_count(self) -> int:
+        """Exhaustive searches kept."""
+        from sqlalchemy import func
+
+        with self._reading() as session:
+            return int(session.scalar(select(func.count(TsSearchRow.id))) or 0)
 
     # -- build cache --------------------------------------------------------------------
     def find_build(self, cache_key: str) -> BuildResult | None:

@@ -255,3 +255,53 @@ def test_a_search_cut_by_its_bound_says_so_in_a_valid_verdict(gemm: Any, monkeyp
         monkeypatch.setenv(TS_MAX_STATES_ENV, bad)
         with pytest.raises(UserInputError, match=f"{TS_MAX_STATES_ENV}='{bad}'"):
             ts_max_states()
+
+
+def test_exhaustive_searches_are_shared_through_the_database(gemm: Any, monkeypatch,
+                                                            tmp_path: Path) -> None:
+    """A build worker's exhaustive TS search comes back with its evaluation; the driver keeps
+    it in the database; a later worker (another process, another study, another problem)
+    verifying a genome of the same schedule is sent it and searches nothing, and its verdict
+    is the one a fresh verifier gives."""
+    from tsopt.core.dsl_env import DEFAULT_ARCH
+    from tsopt.search import pipeline
+    from tsopt.search.pipeline import EvaluateRequest, Evaluation, evaluate, space_target
+    from tsopt.verify.verifier import (
+        TS_MAX_STATES_ENV,
+        schedule_digest,
+        search_bound,
+        verifier_version,
+    )
+
+    monkeypatch.setenv(TS_MAX_STATES_ENV, "2000")  # two warpgroups: cut at 2,000 states, fast
+    deep = gemm.genome(consumers=2, tile_n=128, stages=4)
+    variant = deep.replace(tile_k=32, consumer_regs=216)  # numeric genes the search never sees
+    other = Problem.of("gemm", "bf16", m=4096, n=1024, k=2048)
+
+    def request(genome: Any, problem: Problem, known: tuple = ()) -> EvaluateRequest:
+        return EvaluateRequest(space_target=space_target("gemm"), genome_json=genome.to_json(),
+                               problem=problem.to_dict(), arch=DEFAULT_ARCH,
+                               cache_dir=str(tmp_path / "cache"), known_searches=known,
+                               build=False)
+
+    monkeypatch.setattr(pipeline, "_VERDICTS", {})  # a fresh worker process
+    first = Evaluation.from_dict(evaluate(request(deep, PROBLEM)).to_dict())
+    assert first.verdict.valid and len(first.searches) == 1
+    assert first.searches[0].bounded == 2000 and first.searches[0].error is None
+    with Store(f"sqlite:///{tmp_path / 'searches.db'}") as store:
+        driver = VerdictCache(searches=store)
+        for search in first.searches:
+            driver.keep_search(search)
+        assert store.search_count() == 1
+        schedule = schedule_digest(gemm, variant, other)
+        assert schedule == first.searches[0].schedule  # numeric genes and problem: not in it
+        known = tuple(x.to_dict() for x in store.find_searches(
+            "gemm", schedule, verifier_version(gemm)))
+        assert len(known) == 1
+    monkeypatch.setattr(pipeline, "_VERDICTS", {})  # another worker, another study
+    second = evaluate(request(variant, other, known))
+    assert second.searches == ()  # nothing searched: the database's search served
+    fresh = verify_genome(variant, other, space=gemm, cache=VerdictCache())
+    assert (second.verdict.valid, second.verdict.stage, second.verdict.rule) == (
+        fresh.valid, fresh.stage, fresh.rule)
+    assert second.verdict.valid and search_bound(second.verdict) == search_bound(fresh) == 2000

@@ -132,7 +132,7 @@ def verify_candidates(
     if manifest.arch not in space.archs:
         raise BundleError(f"{where}: arch {manifest.arch!r} is not one space {space.name!r} "
                           f"builds for ({', '.join(space.archs)})")
-    cache = VerdictCache(lookup=store.find_verdict)
+    cache = VerdictCache(lookup=store.find_verdict, searches=store)
     verdicts: dict[str, tuple[Verdict, str]] = {}
     for candidate in manifest.candidates:
         verdict = verify_genome(candidate.genome, manifest.problem, space=space, cache=cache)

@@ -75,6 +75,38 @@ class Verdict:
         return _from_dict(cls, doc)
 
 
+@dataclass(frozen=True)
+class TsSearch:
+    """One run of TS's exhaustive interleaving search, as the verifier memoises it and the
+    database shares it across workers and studies.
+
+    ``schedule`` is a digest of what the search depends on in the genome (the space's
+    ``ts_schedule_key``, the domain and any state bound), ``aliasing`` a digest of the SMEM
+    overlaps of the skeleton searched, ``tool_version`` the verifier's version (its code, the
+    space's, the DSL's). ``error`` is TS's rejection (None: the search found nothing) and
+    ``bounded`` the state bound that cut it short (None: it was complete).
+    """
+
+    space: str
+    schedule: str
+    aliasing: str
+    tool_version: str
+    error: str | None = None
+    bounded: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.space, self.schedule, self.aliasing, self.tool_version)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> TsSearch:
+        return _from_dict(cls, doc)
+
+
 BuildStatus = Literal["ok", "error"]
 
 

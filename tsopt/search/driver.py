@@ -231,7 +231,8 @@ class Driver:
         self.store: Store = Store(request.db_url)
         # Whole verdicts are shared across studies through the database: the proposals'
         # factor verdicts and the candidates' alike are read before verifying, written after.
-        self.verdicts = VerdictCache(lookup=self.store.find_verdict, judged=self.store)
+        self.verdicts = VerdictCache(lookup=self.store.find_verdict, judged=self.store,
+                                     searches=self.store)
         space.judge = judge_for(space, self.verdicts)
         # Proposals and library genomes are screened in this process, where a TS exhaustive
         # search of seconds to minutes would hold up the builds and leave the GPU idle: they
@@ -737,14 +738,28 @@ class Driver:
                 self.space, job.genome, request.problem, judged))))
             return
         key = verdict_key_of(self.space, job.genome, request.problem)
+        searches: tuple[dict[str, Any], ...] = ()
         if judged is None and key is not None:
             found = self.store.find_verdict(self.space.name, key)
             known_ts = found.to_dict() if found is not None else None
+            searches = self._known_searches(job.genome)
         self.pool.submit(job, EvaluateRequest(
             space_target=self.target, genome_json=job.genome.to_json(),
             problem=request.problem.to_dict(), arch=request.arch,
             cache_dir=str(Path(request.cache_dir).resolve()), known_ts=known_ts,
-            known_verdict=judged.to_dict() if judged is not None else None))
+            known_verdict=judged.to_dict() if judged is not None else None,
+            known_searches=searches))
+
+    def _known_searches(self, genome: Genome) -> tuple[dict[str, Any], ...]:
+        """The exhaustive TS searches the database keeps for ``genome``'s schedule (any
+        worker's, any study's): its worker need not run them again."""
+        from tsopt.verify.verifier import schedule_digest, verifier_version
+
+        schedule = schedule_digest(self.space, genome, self.request.problem)
+        if schedule is None:
+            return ()
+        return tuple(x.to_dict() for x in self.store.find_searches(
+            self.space.name, schedule, verifier_version(self.space)))
 
     def _judged(self, genome: Genome) -> Verdict | None:
         """The whole verdict of ``genome`` kept in the database (any study's), else None."""
@@ -770,6 +785,8 @@ class Driver:
             self._worker_failed(job, built.failure or "the worker gave no evaluation")
             return
         verdict, build = evaluation.verdict, evaluation.build
+        for search in evaluation.searches:  # a worker's: for every later worker and study
+            self.verdicts.keep_search(search)
         self._keep_judged(job.genome, verdict)
         for step, seconds in evaluation.seconds.items():
             self.stats.seconds[step] = self.stats.seconds.get(step, 0.0) + seconds

@@ -8,7 +8,9 @@ key it is cached under, the :class:`~tsopt.core.records.BuildResult` when the
 genome was valid, and what each step cost). It never touches the database:
 the driver alone records (SQLite has one writer), and a worker on another
 machine may not reach the database at all. So the driver looks up a cached TS
-verdict first and sends it along (``known_ts``); the artifact cache is a
+verdict first and sends it along (``known_ts``), with the exhaustive TS searches the
+database keeps for the genome's schedule (``known_searches``); the evaluation returns the
+searches it ran (``searches``) for the driver to record. The artifact cache is a
 directory that the builder consults itself.
 
 The first thing :func:`evaluate` does is :func:`tsopt.core.dsl_env.ensure_arch`,
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
-from tsopt.core.records import BuildResult, Verdict
+from tsopt.core.records import BuildResult, TsSearch, Verdict
 
 if TYPE_CHECKING:
     from tsopt.core.space import SearchSpace
@@ -49,6 +51,8 @@ class EvaluateRequest:
     known_ts: dict[str, Any] | None = None  # a cached Verdict (to_dict) for the TS gate
     # The whole verdict of this genome the database keeps (Store.find_judged), when it has one.
     known_verdict: dict[str, Any] | None = None
+    # TsSearch.to_dict()s the database keeps for this genome's schedule (any study's).
+    known_searches: tuple[dict[str, Any], ...] = ()
     build: bool = True
     # Build in a child process of its own (under the memory limit, an abort contained); a Ray
     # task builds in its worker instead, which Ray replaces when it dies.
@@ -68,17 +72,20 @@ class Evaluation:
     seconds: dict[str, float] = field(default_factory=dict)  # verify, compile, export, link,
     # total (wall) and cpu (CPU seconds of the process and the linker)
     pid: int = 0
+    searches: tuple[TsSearch, ...] = ()  # the exhaustive TS searches this evaluation ran
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict.to_dict(), "verdict_key": self.verdict_key,
                 "build": self.build.to_dict() if self.build else None,
-                "seconds": dict(self.seconds), "pid": self.pid}
+                "seconds": dict(self.seconds), "pid": self.pid,
+                "searches": [x.to_dict() for x in self.searches]}
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Evaluation:
         return cls(Verdict.from_dict(doc["verdict"]), doc["verdict_key"],
                    BuildResult.from_dict(doc["build"]) if doc.get("build") else None,
-                   dict(doc.get("seconds") or {}), int(doc.get("pid") or 0))
+                   dict(doc.get("seconds") or {}), int(doc.get("pid") or 0),
+                   tuple(TsSearch.from_dict(x) for x in doc.get("searches") or ()))
 
 
 _SPACES: dict[str, SearchSpace] = {}
@@ -158,7 +165,11 @@ def evaluate(request: EvaluateRequest) -> Evaluation:
                 space.name, key)
             if outcome is not None:
                 cache.put(space.name, key, outcome)
+    for doc in request.known_searches:
+        cache.keep_search(TsSearch.from_dict(doc))
+    cache.take_searches()  # a list left by an evaluation that failed half-way is not ours
     verdict = verify_genome(genome, problem, space=space, cache=cache)
+    searches = tuple(cache.take_searches())
     verify_s = time.perf_counter() - start
     key = (verdict_cache_key(space, genome, problem, verdict.domain)
            if verdict.stage != "dataflow" else f"dataflow:{genome.hash}")
@@ -173,7 +184,7 @@ def evaluate(request: EvaluateRequest) -> Evaluation:
                            link=build.link_seconds)
     seconds["total"] = time.perf_counter() - start
     seconds["cpu"] = _cpu_seconds() - cpu_start
-    return Evaluation(verdict, key, build, seconds, os.getpid())
+    return Evaluation(verdict, key, build, seconds, os.getpid(), searches)
 
 
 def failure_text(exc: BaseException) -> str:
@@ -206,7 +217,7 @@ class CandidatePipeline:
         self.arch = arch
         self.study = study
         self.cache_dir = cache_dir
-        self.cache = VerdictCache(lookup=store.find_verdict)
+        self.cache = VerdictCache(lookup=store.find_verdict, searches=store)
 
     def verify(self, candidate_id: int, genome: Genome) -> Verdict:
         from tsopt.verify.verifier import verdict_cache_key, verify_genome

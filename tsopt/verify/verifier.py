@@ -28,7 +28,11 @@ a :class:`~tsopt.core.records.Verdict`. Three memos, each keyed by what can chan
 - the TS gate's outcome, by the space's ``verdict_key`` (only the genes that can change it);
 - the TS exhaustive deadlock/race checker (the BFS that costs seconds on deep pipelines), by
   the space's ``ts_schedule_key`` plus the skeleton's SMEM aliasing: numeric variants of one
-  schedule (register budgets, tile sizes) share one search. TS's other checks run each time.
+  schedule (register budgets, tile sizes), and every problem, share one search. TS's other
+  checks run each time. Each search is a :class:`~tsopt.core.records.TsSearch`; a database
+  keeps them (:class:`SearchBacking`, the Store), so a search run by one build worker or one
+  study is not run again by another: the driver sends the known ones along with each
+  candidate, and records what a worker searched.
 
 That checker stops at a bound of explored states (TS's ``max_states``, 1,000,000 in DSL
 4.8.1; ``TSOPT_TS_MAX_STATES`` sets another) and, having found no counterexample by then,
@@ -60,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, default_problem
-from tsopt.core.records import Verdict
+from tsopt.core.records import TsSearch, Verdict
 from tsopt.core.space import JudgedKey
 
 if TYPE_CHECKING:
@@ -168,13 +172,14 @@ class _TsOutcome:
     """The state bound that cut the exhaustive search (None: complete, or not run)."""
 
 
-@dataclass(frozen=True)
-class _Searched:
-    """One exhaustive search's outcome, as memoised: TS's error (None: it passed) and the
-    bound that cut it short (None: it finished)."""
+class SearchBacking(Protocol):
+    """Where TS's exhaustive searches persist across processes and studies
+    (``tsopt.db.store.Store`` implements it)."""
 
-    error: str | None
-    bounded: int | None = None
+    def find_search(self, space: str, schedule: str, aliasing: str,
+                    tool_version: str) -> TsSearch | None: ...
+
+    def record_search(self, search: TsSearch) -> None: ...
 
 
 class JudgedBacking(Protocol):
@@ -200,13 +205,16 @@ class VerdictCache:
         self,
         lookup: Callable[[str, str], Verdict | None] | None = None,
         judged: JudgedBacking | None = None,
+        searches: SearchBacking | None = None,
     ) -> None:
         self._memory: dict[tuple[str, str], _TsOutcome] = {}
         self._judged: dict[JudgedKey, Verdict] = {}
-        self._bfs: dict[tuple[str, str, Any], _Searched] = {}
+        self._bfs: dict[tuple[str, str, str, str], TsSearch] = {}
+        self._ran: list[TsSearch] = []
         self._lock = threading.Lock()
         self._lookup = lookup
         self._backing = judged
+        self._searches = searches
         self.hits = 0
         self.misses = 0
         self.judged_hits = 0
@@ -240,23 +248,50 @@ class VerdictCache:
         if self._backing is not None:
             self._backing.record_judged(key, verdict)
 
-    def bfs_get(self, key: tuple[str, str, Any]) -> _Searched | None:
-        """The checker's memoised outcome under ``key`` (None: not searched yet)."""
+    def bfs_get(self, key: tuple[str, str, str, str]) -> TsSearch | None:
+        """The search memoised under ``key`` (space, schedule, aliasing, tool version), here
+        or in the backing; None: not searched yet (counted as a search to run)."""
+        found = self.bfs_peek(key)
         with self._lock:
-            if key in self._bfs:
+            if found is not None:
                 self.bfs_hits += 1
-                return self._bfs[key]
-            self.bfs_runs += 1
-            return None
+            else:
+                self.bfs_runs += 1
+        return found
 
-    def bfs_peek(self, key: tuple[str, str, Any]) -> _Searched | None:
+    def bfs_peek(self, key: tuple[str, str, str, str]) -> TsSearch | None:
         """:meth:`bfs_get` without counting: a reader that will not search on a miss."""
         with self._lock:
-            return self._bfs.get(key)
+            found = self._bfs.get(key)
+        if found is None and self._searches is not None:
+            found = self._searches.find_search(*key)
+            if found is not None:
+                with self._lock:
+                    self._bfs[key] = found
+        return found
 
-    def bfs_put(self, key: tuple[str, str, Any], searched: _Searched) -> None:
+    def bfs_put(self, search: TsSearch) -> None:
+        """A search this process ran: memoised, kept by the backing, and listed for
+        :meth:`take_searches` (a worker sends them to the driver, which records them)."""
         with self._lock:
-            self._bfs[key] = searched
+            self._bfs[search.key] = search
+            self._ran.append(search)
+        if self._searches is not None:
+            self._searches.record_search(search)
+
+    def keep_search(self, search: TsSearch) -> None:
+        """A search run elsewhere (a worker's, the database's): memoised, and kept by the
+        backing when there is one."""
+        with self._lock:
+            self._bfs[search.key] = search
+        if self._searches is not None:
+            self._searches.record_search(search)
+
+    def take_searches(self) -> list[TsSearch]:
+        """The searches run through this cache since the last call (and forget the list)."""
+        with self._lock:
+            ran, self._ran = self._ran, []
+        return ran
 
     def get(self, space: str, key: str) -> _TsOutcome | None:
         with self._lock:
@@ -362,7 +397,7 @@ def check_genome_schema(genome: Genome, problem: Problem | None = None,
 
 # -- the exhaustive checker, memoised by the schedule it searches --------------------------
 
-_BFS_CONTEXT: contextvars.ContextVar[tuple[VerdictCache, str, str] | None] = (
+_BFS_CONTEXT: contextvars.ContextVar[tuple[VerdictCache, str, str, str] | None] = (
     contextvars.ContextVar("tsopt_bfs_memo", default=None))
 _BFS_PREDICT: contextvars.ContextVar[bool] = contextvars.ContextVar("tsopt_bfs_predict",
                                                                   default=False)
@@ -430,8 +465,8 @@ def _install_bfs_memo() -> None:
                 if not predicting:
                     original(self)
                 return
-            cache, space_name, key = context
-            full = (space_name, key, _alias_fingerprint(self))
+            cache, space_name, schedule, version = context
+            full = (space_name, schedule, _digest(repr(_alias_fingerprint(self))), version)
             log = _BFS_RUN.get()
             known = cache.bfs_get(full)
             if known is not None:
@@ -443,13 +478,16 @@ def _install_bfs_memo() -> None:
             if predicting:
                 return  # a prediction: the candidate's own verification runs the search
             before = log.bounded if log is not None else None
+            start = time.perf_counter()
             try:
                 original(self)
             except ValueError as exc:
-                cache.bfs_put(full, _Searched(str(exc)))
+                cache.bfs_put(TsSearch(*full, error=str(exc),
+                                       seconds=round(time.perf_counter() - start, 4)))
                 raise
             cut = log.bounded if log is not None and log.bounded != before else None
-            cache.bfs_put(full, _Searched(None, cut))
+            cache.bfs_put(TsSearch(*full, bounded=cut,
+                                   seconds=round(time.perf_counter() - start, 4)))
 
         exhaustive_checker.check_all_interleavings = bounded
         TaskManager._exhaustive_aliasing_races = memoised  # type: ignore[method-assign]
@@ -464,20 +502,32 @@ def _ts_default_bound(search: Callable[..., Any]) -> int:
     return int(default)
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def schedule_digest(space: SearchSpace, genome: Genome, problem: Problem,
+                    domain: int | None = None) -> str | None:
+    """The ``schedule`` of the :class:`~tsopt.core.records.TsSearch` records that verifying
+    ``genome`` would read (its ``ts_schedule_key``, the domain, any state bound), or None
+    when the space keys no search or cannot read the genome's genes (the checks say why)."""
+    try:
+        key = space.ts_schedule_key(genome, problem)
+        n = domain if domain is not None else space.verify_domain(genome)
+    except (ValueError, KeyError, TypeError, AssertionError):
+        return None
+    return None if key is None else _digest(f"{key}|domain={n}{_bound_suffix()}")
+
+
 @contextlib.contextmanager
 def _bfs_memo(cache: VerdictCache | None, space: SearchSpace, genome: Genome,
               problem: Problem, domain: int) -> Iterator[None]:
-    key = None
-    if cache is not None:
-        try:
-            key = space.ts_schedule_key(genome, problem)
-        except (ValueError, KeyError, TypeError, AssertionError):
-            key = None  # genes it cannot read: the checks say why, unmemoised
-    if key is None or cache is None:
+    schedule = schedule_digest(space, genome, problem, domain) if cache is not None else None
+    if schedule is None or cache is None:
         yield
         return
     _install_bfs_memo()
-    token = _BFS_CONTEXT.set((cache, space.name, f"{key}|domain={domain}{_bound_suffix()}"))
+    token = _BFS_CONTEXT.set((cache, space.name, schedule, verifier_version(space)))
     try:
         yield
     finally:
@@ -676,9 +726,16 @@ class _PredictionCache(VerdictCache):
         found = super().find_judged(key)
         return found if found is not None else self._real.find_judged(key)
 
-    def bfs_get(self, key: tuple[str, str, Any]) -> _Searched | None:
+    def bfs_get(self, key: tuple[str, str, str, str]) -> TsSearch | None:
         known = super().bfs_get(key)
         return known if known is not None else self._real.bfs_peek(key)
+
+    def bfs_put(self, search: TsSearch) -> None:
+        raise AssertionError("a prediction never searches")  # the patched checker skips it
+
+    def keep_search(self, search: TsSearch) -> None:
+        with self._lock:
+            self._bfs[search.key] = search
 
 
 def predicting_judge(space: SearchSpace, cache: VerdictCache | None = None) -> Judge:
