@@ -731,11 +731,7 @@ class _PredictionCache(VerdictCache):
         return known if known is not None else self._real.bfs_peek(key)
 
     def bfs_put(self, search: TsSearch) -> None:
-        raise AssertionError("a prediction never searches")  # the patched checker skips it
-
-    def keep_search(self, search: TsSearch) -> None:
-        with self._lock:
-            self._bfs[search.key] = search
+        self.keep_search(search)  # a prediction never searches; were it to, kept here only
 
 
 def predicting_judge(space: SearchSpace, cache: VerdictCache | None = None) -> Judge:
