@@ -251,6 +251,17 @@ def test_a_search_cut_by_its_bound_says_so_in_a_valid_verdict(gemm: Any, monkeyp
         assert stored is not None and search_bound(stored) == 2000
     complete = verify_genome(shallow, PROBLEM, space=gemm, cache=cache)
     assert complete.valid and complete.message is None and search_bound(complete) is None
+    # A TS gate outcome read back from a stored verdict: a TS rejection or a valid verdict
+    # (whose note says whether the search was cut), never a tsopt rejection, which passed TS
+    # but does not say whether its search was cut.
+    from tsopt.core.records import Verdict
+
+    stored = {"ok": cut, "tsopt": Verdict.reject(deep.hash, "tsopt", "tsopt.smem", "too big")}
+    for stage, kept in stored.items():
+        reader = VerdictCache(lookup=lambda _space, _key, kept=kept: kept)
+        outcome = reader.get("gemm", "any key")
+        assert (outcome is not None, getattr(outcome, "bounded", None)) == (
+            (True, 2000) if stage == "ok" else (False, None))
     for bad in ("0", "-5", "many"):
         monkeypatch.setenv(TS_MAX_STATES_ENV, bad)
         with pytest.raises(UserInputError, match=f"{TS_MAX_STATES_ENV}='{bad}'"):

@@ -298,10 +298,12 @@ class VerdictCache:
             found = self._memory.get((space, key))
         if found is None and self._lookup is not None:
             verdict = self._lookup(space, key)
-            if verdict is not None and verdict.stage in ("ts", "tsopt", "ok"):
-                # Only the TS gate is cached; a stored tsopt rejection passed TS (whether its
-                # search was bounded is not kept with a rejection: it decides nothing).
-                ts_ok = verdict.stage != "ts"
+            if verdict is not None and verdict.stage in ("ts", "ok"):
+                # Only the TS gate is cached. A stored tsopt rejection passed TS too, but
+                # whether its search was cut by the bound is not kept with a rejection, and a
+                # valid genome of the key must say so: that gate is run again (its exhaustive
+                # search is memoised apart, so that costs TS's cheap checks only).
+                ts_ok = verdict.stage == "ok"
                 found = _TsOutcome(
                     ts_ok, None if ts_ok else verdict.rule, None if ts_ok else verdict.message, 0.0,
                     search_bound(verdict),
