@@ -111,10 +111,11 @@ def ts_max_states() -> int | None:
 
 
 def _bound_suffix() -> str:
-    """What a non-default state bound adds to every key a TS outcome is memoised under: an
-    outcome found under one bound says nothing of another."""
+    """The state bound in every key a TS outcome is memoised under: an outcome found under one
+    bound says nothing of another. TS's own bound is named too (``ts``), so that a TS gate
+    outcome recorded before verdicts said whether their search was cut is not read back."""
     bound = ts_max_states()
-    return "" if bound is None else f"|states={bound}"
+    return f"|states={'ts' if bound is None else bound}"
 
 # TS raises ValueError with a precise sentence; these map it to a stable rule name.
 TS_RULES: tuple[tuple[str, str], ...] = (
