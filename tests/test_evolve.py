@@ -13,6 +13,7 @@ import json
 import lzma
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -183,6 +184,11 @@ def test_tune_gemm_with_the_default_sampler_builds_without_a_gpu(tmp_path: Path)
         cwd=tmp_path, env=env, text=True, capture_output=True, timeout=1500)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "seed library:" in out.stdout
+    # What the build side cost, per built candidate (issue #12's figure), is in the summary.
+    per_built = re.search(r"CPU: (\d+) CPU-s in the build workers .*?, ([\d.]+) CPU-s per built",
+                          out.stdout.replace("\n", " "))
+    assert per_built is not None, out.stdout[-2000:]
+    assert float(per_built.group(2)) > 0 and int(per_built.group(1)) > 0
     study = optuna.load_study(study_name="gemm-bf16-2048x2048x8192-sm_90a",
                               storage=f"sqlite:///{db}")
     first = min(study.trials, key=lambda t: t.number)

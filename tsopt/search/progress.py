@@ -165,6 +165,22 @@ def trials_line(stats: TuneStats, seconds: float) -> str:
     return line
 
 
+def cpu_line(stats: TuneStats) -> str | None:
+    """What the build side cost this run, in CPU seconds (issue #12's figure: every
+    evaluation's CPU, rejected ones included, over the candidates built), and this process's
+    own (the driver: proposals, predictions, records). None when nothing was built."""
+    import resource
+
+    evaluated = stats.seconds.get("cpu", 0.0)
+    if not stats.built or not evaluated:
+        return None
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    own = usage.ru_utime + usage.ru_stime
+    return (f"CPU: {evaluated:.0f} CPU-s in the build workers (verification, compile, export, "
+            f"link), {evaluated / stats.built:.1f} CPU-s per built candidate; "
+            f"{own:.0f} CPU-s in this process")
+
+
 def print_summary(console: Console, store: Store, name: str, stats: TuneStats, measured: bool,
                   bundle_dir: Path, seconds: float) -> None:
     """The funnel of the whole study, this run's rejections, the best candidate (or where the
@@ -180,6 +196,9 @@ def print_summary(console: Console, store: Store, name: str, stats: TuneStats, m
         top = ", ".join(f"{rule} {n}" for rule, n in stats.rejected.most_common(6))
         console.print(f"rejected this run: {top}")
     console.print(trials_line(stats, seconds), highlight=False)
+    cpu = cpu_line(stats)
+    if cpu is not None:
+        console.print(cpu, highlight=False)
     ranked = store.ranked(name, limit=1)
     if ranked:
         best = ranked[0].measurement
