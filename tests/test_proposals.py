@@ -317,3 +317,27 @@ def test_exhaustive_searches_are_shared_through_the_database(gemm: Any, monkeypa
     assert (second.verdict.valid, second.verdict.stage, second.verdict.rule) == (
         fresh.valid, fresh.stage, fresh.rule)
     assert second.verdict.valid and search_bound(second.verdict) == search_bound(fresh) == 2000
+
+
+def test_a_database_that_cannot_keep_a_search_never_changes_the_verdict(gemm: Any,
+                                                                        monkeypatch) -> None:
+    """The search is recorded from inside TS's checker: a backing that fails (a read-only or
+    busy database) costs a later search, never this genome's verdict."""
+    from tsopt.verify.verifier import TS_MAX_STATES_ENV
+
+    class ReadOnly:
+        def find_search(self, *key: str) -> None:
+            return None
+
+        def record_search(self, search: Any) -> None:
+            raise RuntimeError("attempt to write a readonly database")
+
+    monkeypatch.setenv(TS_MAX_STATES_ENV, "2000")
+    deep = gemm.genome(consumers=2, tile_n=128, stages=4)
+    cache = VerdictCache(searches=ReadOnly())
+    verdict = verify_genome(deep, PROBLEM, space=gemm, cache=cache)
+    fresh = verify_genome(deep, PROBLEM, space=gemm, cache=VerdictCache())
+    assert (verdict.valid, verdict.stage, verdict.rule) == (fresh.valid, fresh.stage, fresh.rule)
+    assert verdict.valid and cache.unsaved_searches == 1
+    again = verify_genome(deep.replace(consumer_regs=216), PROBLEM, space=gemm, cache=cache)
+    assert again.valid and cache.bfs_hits == 1  # memoised here all the same

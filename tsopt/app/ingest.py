@@ -41,7 +41,7 @@ from tsopt.core.bundle import (
 )
 from tsopt.core.errors import UserInputError
 from tsopt.core.problem import ProblemError
-from tsopt.core.records import Measurement, Verdict
+from tsopt.core.records import Measurement, TsSearch, Verdict
 from tsopt.search.outcomes import add_finished_trial, measurement_outcome, open_study, tell
 
 if TYPE_CHECKING:
@@ -113,6 +113,21 @@ def tell_study(
         report.trials_added += 1
 
 
+class _FindSearches:
+    """The database's exhaustive searches, to read only: an ingest writes nothing outside its
+    one transaction (a search it runs is memoised for the ingest alone)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def find_search(self, space: str, schedule: str, aliasing: str,
+                    tool_version: str) -> TsSearch | None:
+        return self._store.find_search(space, schedule, aliasing, tool_version)
+
+    def record_search(self, search: TsSearch) -> None:
+        del search
+
+
 def verify_candidates(
     store: Store, manifest: BundleManifest, report: IngestReport,
 ) -> dict[str, tuple[Verdict, str]]:
@@ -132,7 +147,7 @@ def verify_candidates(
     if manifest.arch not in space.archs:
         raise BundleError(f"{where}: arch {manifest.arch!r} is not one space {space.name!r} "
                           f"builds for ({', '.join(space.archs)})")
-    cache = VerdictCache(lookup=store.find_verdict, searches=store)
+    cache = VerdictCache(lookup=store.find_verdict, searches=_FindSearches(store))
     verdicts: dict[str, tuple[Verdict, str]] = {}
     for candidate in manifest.candidates:
         verdict = verify_genome(candidate.genome, manifest.problem, space=space, cache=cache)

@@ -223,6 +223,8 @@ class VerdictCache:
         """Verdicts this cache saw judged for real (not found whole in memory or the backing)."""
         self.bfs_hits = 0
         self.bfs_runs = 0
+        self.unsaved_searches = 0
+        """Searches the backing failed to keep (memoised here all the same)."""
 
     def find_judged(self, key: JudgedKey) -> Verdict | None:
         with self._lock:
@@ -277,16 +279,25 @@ class VerdictCache:
         with self._lock:
             self._bfs[search.key] = search
             self._ran.append(search)
-        if self._searches is not None:
-            self._searches.record_search(search)
+        self._record(search)
 
     def keep_search(self, search: TsSearch) -> None:
         """A search run elsewhere (a worker's, the database's): memoised, and kept by the
         backing when there is one."""
         with self._lock:
             self._bfs[search.key] = search
-        if self._searches is not None:
+        self._record(search)
+
+    def _record(self, search: TsSearch) -> None:
+        # Called from inside TS's checker: a backing that cannot write (a read-only or busy
+        # database) must cost a later search, never turn into this genome's TS verdict.
+        if self._searches is None:
+            return
+        try:
             self._searches.record_search(search)
+        except Exception:  # noqa: BLE001 - any failure of the backing: the memo still holds it
+            with self._lock:
+                self.unsaved_searches += 1
 
     def take_searches(self) -> list[TsSearch]:
         """The searches run through this cache since the last call (and forget the list)."""
