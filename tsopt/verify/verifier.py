@@ -110,12 +110,15 @@ def ts_max_states() -> int | None:
     return value
 
 
-def _bound_suffix() -> str:
+def _bound_suffix(name_default: bool = True) -> str:
     """The state bound in every key a TS outcome is memoised under: an outcome found under one
     bound says nothing of another. TS's own bound is named too (``ts``), so that a TS gate
-    outcome recorded before verdicts said whether their search was cut is not read back."""
+    outcome recorded before verdicts said whether their search was cut is not read back
+    (``name_default=False`` for a key already versioned by :func:`verifier_version`)."""
     bound = ts_max_states()
-    return f"|states={'ts' if bound is None else bound}"
+    if bound is None:
+        return "|states=ts" if name_default else ""
+    return f"|states={bound}"
 
 # TS raises ValueError with a precise sentence; these map it to a stable rule name.
 TS_RULES: tuple[tuple[str, str], ...] = (
@@ -714,7 +717,7 @@ def judged_key(space: SearchSpace, genome: Genome, problem: Problem,
     from tsopt.core.dsl_env import DEFAULT_ARCH
 
     problem_key = problem.key if domain is None else f"{problem.key}|domain={domain}"
-    problem_key += _bound_suffix()
+    problem_key += _bound_suffix(name_default=False)
     return JudgedKey(space.name, genome.hash, problem_key,
                      os.environ.get("CUTE_DSL_ARCH") or DEFAULT_ARCH, verifier_version(space))
 
