@@ -36,7 +36,7 @@ RAGGED = Problem.of("gemm", "fp16", m=3000, n=2008, k=1000)
 GENOMES: dict[str, dict[str, Any]] = {
     "seed": {},
     "persistent-2x1": {
-        "persistent": True, "cluster": "2x1", "swizzle": 8, "raster": "n",
+        "persistent": True, "cluster": "2x1", "swizzle": 2, "raster": "n",
         "load": (("coords", "try_acquire", "acquire", "tma_load", "commit"), 1, "none"),
     },
 }

@@ -337,17 +337,23 @@ def test_planted_invalid_genomes_are_caught(gemm: Any, copy: Any) -> None:
 @pytest.mark.slow  # about a minute: ~30 distinct TS verdicts, each a full BFS
 def test_the_h200_epilogue_suite_still_verifies_valid(gemm: Any) -> None:
     """The 74 candidates of ``bench/gemm_h200/gemm-epilogue.json`` (all built and measured
-    correct on the H200) keep their genome hash and verify valid, each for its problem."""
+    correct on the H200) keep their genome hash and verify valid, each for its problem; the
+    only ones rejected are persistent kernels whose swizzle band is wider than the problem
+    (``tsopt.swizzle_band``), and every one of those ran at most 0.6x cuBLAS there: the empty
+    tiles the rule names cost their full time."""
     suite = json.loads(EPILOGUE_SUITE.read_text())["results"]
     assert len(suite) == 74
     cache = VerdictCache()
-    invalid = []
+    invalid, wasteful = [], []
     for entry in suite:
         genome = Genome.from_dict(entry["genome"])
         assert genome.hash == entry["genome_hash"], entry["label"]
         assert entry["verdict"]["valid"] and entry["measurement"]["status"] == "ok"
         problem = Problem.from_dict(entry["problem"])
         verdict = verify_genome(genome, problem, space=gemm, cache=cache)
-        if not verdict.valid:
+        if verdict.rule == "tsopt.swizzle_band":
+            wasteful.append((entry["label"], entry["measurement"]["ratio"]))
+        elif not verdict.valid:
             invalid.append((entry["label"], verdict.summary()))
     assert not invalid, invalid
+    assert wasteful and all(ratio < 0.6 for _, ratio in wasteful), wasteful

@@ -34,9 +34,10 @@ written). Everything else here is resource feasibility TS does not judge, and th
 shape rules of the instructions the kernel issues (:func:`shape_findings`):
 ``tsopt.wgmma_n`` and ``tsopt.wgmma_k`` (the wgmma each consumer warpgroup issues),
 ``tsopt.tma_box`` (the TMA boxes of A and B), ``tsopt.epilogue_coverage`` (the epilogue
-writes every column of the tile) and ``tsopt.cluster_size`` (a portable cluster); and one
-rule of the problem's geometry, ``tsopt.unit_extent`` (:func:`unit_extent_findings`: an
-operand with a single row).
+writes every column of the tile) and ``tsopt.cluster_size`` (a portable cluster); and two
+rules of the problem's geometry, ``tsopt.unit_extent`` (:func:`unit_extent_findings`: an
+operand with a single row) and ``tsopt.swizzle_band`` (:func:`swizzle_band_findings`: a
+persistent raster swizzle wider than the problem, whose empty tiles run in full).
 """
 
 from __future__ import annotations
@@ -361,4 +362,31 @@ def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
             "raster order and swizzle belong to the persistent scheduler; a one-tile-per-CTA "
             "grid takes raster 'm', swizzle 1",
         ))
+    findings += swizzle_band_findings(cfg)
     return findings
+
+
+def swizzle_band_findings(cfg: GemmConfig) -> list[Finding]:
+    """``tsopt.swizzle_band``: the persistent scheduler walks tiles in bands of ``swizzle``
+    clusters across the raster (along N for raster 'm', along M for 'n') and rounds the
+    problem up to whole bands. A band wider than the problem's clusters across the raster
+    makes it walk ``swizzle`` clusters where there are fewer: the extra tiles are empty but
+    still load (TMA zero fill) and multiply their whole K loop, which costs their time in
+    full (measured on the H200 at 128x8192x8192, swapped, 1-2 tiles across N: swizzle 8
+    ran 4-8x slower than the same kernel with a band that fits, bench/skinny_l2). A band of
+    at most the clusters there is the same order without the empty tiles."""
+    if not cfg.persistent or cfg.swizzle <= 1:
+        return []
+    if cfg.raster == "m":
+        across, clusters = "N", -(-cfg.tiles_n // cfg.cluster_n)
+    else:
+        across, clusters = "M", -(-cfg.tiles_m // cfg.cluster_m)
+    if cfg.swizzle <= clusters:
+        return []
+    return [Finding(
+        "tsopt.swizzle_band",
+        f"swizzle {cfg.swizzle} is wider than the {clusters} cluster{'s' if clusters != 1 else ''} "
+        f"of tiles across {across} (raster '{cfg.raster}'): the persistent scheduler would walk "
+        f"{cfg.swizzle - clusters} empty cluster{'s' if cfg.swizzle - clusters != 1 else ''} "
+        f"per band through their whole K loop; take swizzle <= {clusters}",
+    )]

@@ -11,9 +11,11 @@ baseline's, the study's objective; lower is better).
   cover the load latency (Little's law), else the loop runs at latency / (stages - 1) per
   slice. A one-tile-per-CTA grid pays its fill and epilogue per tile, a persistent one once
   per SM. Absolute values are rough; what matters is the order, and the learned part
-  corrects the rest. Genes are read by name (``tile_m``, ``tile_n``, ``tile_k``, ``stages``,
-  ``consumers``, ``arrangement``, ``cluster``, ``persistent``, ``epilogue``, and
-  ``split_k`` / ``swap_ab`` when a space has them); a space without them gets no estimate.
+  corrects the rest. A skinny problem streams at the HBM roof, and there the schedules differ
+  by what they add to it (fill and epilogue per wave, the split's reduction, empty tiles of a
+  swizzle band), so those add to the compulsory traffic's time rather than hide under it.
+  Genes are read by name (:data:`ANALYTICAL_GENES`; ``split_k`` / ``swap_ab`` /
+  ``raster`` / ``swizzle`` when a space has them); a space without tiles gets no estimate.
 - **Learned** (:class:`CostModel`): from the study's own measurements, a least-squares line
   over the analytical estimate and then gradient-boosted regression stumps (numpy only, as
   MetaSchedule's XGBoost in miniature) on the residuals, over :func:`features` (every gene
@@ -43,7 +45,15 @@ LOAD_LATENCY_S = 1.0e-6
 SMEM_PER_SM = 232_448
 REGISTERS_PER_SM = 65_536
 LAUNCH_S = 3.0e-6
+SPLIT_SYNC_S = 1.0e-6
+"""A split-K tile's cluster handshake before its partials are summed."""
+DSMEM_BYTES_PER_S = 2.0e11
+"""One SM's rate of reading a peer's SMEM (distributed shared memory)."""
 MIN_FIT = 8
+ANALYTICAL_GENES = ("tile_m", "tile_n", "tile_k", "stages", "consumers", "arrangement",
+                    "cluster", "persistent", "epilogue", "split_k", "swap_ab", "producer_regs",
+                    "consumer_regs", "raster", "swizzle")
+"""The genes :func:`gemm_estimate` reads: the knobs whose moves the model can rank."""
 """Measured candidates before the learned part is used."""
 
 
@@ -96,7 +106,18 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
 
     k_part = -(-k // split)
     k_steps = max(1, -(-k_part // tile_k))
-    tiles = -(-m // cta_m) * -(-n // cta_n) * split
+    tiles_m, tiles_n = -(-m // cta_m), -(-n // cta_n)
+    if persistent and _int(genes, "swizzle", 1) > 1:
+        # The scheduler rounds the clusters across its raster up to whole swizzle bands, and
+        # walks the empty tiles through their whole K loop.
+        swizzle = _int(genes, "swizzle", 1)
+        if genes.get("raster", "m") == "m":
+            across = -(-tiles_n // cn)
+            tiles_n = -(-across // swizzle) * swizzle * cn
+        else:
+            across = -(-tiles_m // cm)
+            tiles_m = -(-across // swizzle) * swizzle * cm
+    tiles = tiles_m * tiles_n * split
     stage_bytes = (tile_m + tile_n) * tile_k * element_bytes * chains
     smem = stages * stage_bytes + (tile_m * 64 * element_bytes * consumers if tma_store else 0)
     threads = 128 * (consumers + 1)
@@ -121,9 +142,16 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
     busy = min(tiles, slots)
     step_memory = step_bytes * busy / L2_BYTES_PER_S
     step_latency = LOAD_LATENCY_S / max(1, stages - 1)
-    step = max(step_compute, step_memory, step_latency)
+    # Compulsory HBM traffic (each operand and D once), spread over every tile's K slices:
+    # the busy tiles' share of it per slice. It bounds a skinny or short-K problem, and a
+    # schedule's fixed costs (fill, epilogue, reduction, launch) add to it rather than hide
+    # under it, which is what orders schedules that all stream at the HBM roof.
+    hbm_bytes = (m * k + n * k + m * n) * element_bytes
+    step_hbm = hbm_bytes / (tiles * k_steps) * busy / HBM_BYTES_PER_S
+    step = max(step_compute, step_memory, step_latency, step_hbm)
     epilogue = cta_m * cta_n * element_bytes * busy / HBM_BYTES_PER_S
-    epilogue *= 1.0 if tma_store else 1.6
+    # Swapped, a direct epilogue's stores run down D's columns: uncoalesced.
+    epilogue *= 1.0 if tma_store else (4.0 if genes.get("swap_ab") is True else 1.6)
     fill = LOAD_LATENCY_S
     rounds = math.ceil(waves)
     if persistent:
@@ -132,11 +160,9 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
     else:
         total = rounds * (k_steps * step + epilogue + fill) + LAUNCH_S
     if split > 1:
-        # fp32 partial sums written and read back, then reduced.
-        total += 2 * m * n * 4 * split / HBM_BYTES_PER_S
-    # Compulsory HBM traffic bounds small-K and skinny problems.
-    hbm = (m * k + n * k + m * n) * element_bytes / HBM_BYTES_PER_S
-    total = max(total, hbm)
+        # Per tile, the cluster's handshake and the fp32 partials summed through DSMEM.
+        total += rounds * (SPLIT_SYNC_S + (split - 1) * cta_m * cta_n * 4 / DSMEM_BYTES_PER_S)
+    total = max(total, hbm_bytes / HBM_BYTES_PER_S)
     ideal = 2.0 * m * n * k / (PEAK_TFLOPS * 1e12)
     return Estimate(total / ideal, {
         "waves": waves, "wave_eff": wave_eff, "per_sm": float(per_sm), "mma_eff": mma_eff,
@@ -291,6 +317,12 @@ class CostModel:
         x = self._matrix(gs)
         self.stumps = fit_stumps(x, y - (intercept + slope * a), self.rounds, self.rate)
         return self
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The genes the analytical estimate reads for these sizes (none where it makes no
+        estimate): the moves this model can tell apart before anything is measured."""
+        return ANALYTICAL_GENES if all(n in self.sizes for n in ("m", "n", "k")) else ()
 
     @property
     def learned(self) -> bool:

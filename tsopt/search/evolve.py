@@ -9,7 +9,11 @@ outside the space's declared legal set, ranks the rest with the cost model
 they come) and proposes the one predicted fastest; now and then (``explore``) a random one
 of the pool instead, so that a wrong model cannot lock the search in. Before anything is
 measured the pool is random draws, ranked by the analytical model alone. Failed and pruned
-proposals are never proposed again and do not breed.
+proposals are never proposed again and do not breed. The pool also holds every one-gene
+neighbour of the incumbent along the knobs the model reads (``CostModel.reads``: tiles,
+stages, split, swap, cluster...), so a move the model ranks first is never missed because a
+random draw spent the pool on knobs it cannot tell apart (placements, warp indices): a
+decode GEMM's best is often several stages or a split away from the incumbent.
 
 :class:`Evolution` is pure (parameter dicts in, a parameter dict out, a seeded RNG): a
 simulation replays it on a measured table with no GPU and no study. :class:`EvolveSampler`
@@ -178,6 +182,20 @@ class Evolution:
         for _, _, p in scored[: self.pool]:
             pool.setdefault(params_key(p), (p, "mutate"))
 
+    def _neighbourhood(self, params: Mapping[str, Any], seen: set[Any],
+                       pool: dict[Any, tuple[Params, str]]) -> None:
+        """Every unseen one-gene neighbour of ``params`` along the knobs the model reads."""
+        for name in self.model.reads:
+            if name not in params:
+                continue
+            for value in self.choices.get(name, ()):
+                if repr(value) == repr(params[name]):
+                    continue
+                draft = {**params, name: value}
+                key = params_key(draft)
+                if key not in seen:
+                    pool.setdefault(key, (draft, "neighbour"))
+
     # -- proposing ------------------------------------------------------------------------
     def propose(self, history: Sequence[Observation],
                 pending: Sequence[Mapping[str, Any]] = ()) -> Params:
@@ -200,9 +218,12 @@ class Evolution:
         pool: dict[tuple[tuple[str, str], ...], tuple[Params, str]] = {}
         if self.universe is not None:
             self._pool_from_universe(parents, seen, pool)
+        if parents and self.universe is None:
+            self._neighbourhood(parents[0].params, seen, pool)
         tries = 0 if self.universe is None else self.pool * 8
         genes_moved = 1
-        while len(pool) < self.pool and tries < self.pool * 8:
+        drawn = len(pool)
+        while len(pool) < self.pool + drawn and tries < self.pool * 8:
             tries += 1
             if tries % (self.pool * 2) == 0:
                 genes_moved += 1  # the one-gene neighbours are all known: move more
