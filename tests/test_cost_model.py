@@ -134,3 +134,26 @@ def test_boosted_stumps_recover_a_step() -> None:
     stumps = fit_stumps(x, y, rounds=40, rate=0.5)
     assert 16 < stumps[0].threshold < 17
     assert np.max(np.abs(predict_stumps(stumps, x) - y)) < 1e-3
+
+
+def test_at_the_hbm_roof_the_estimate_still_orders_split_and_depth() -> None:
+    """16x8192x8192 on the H200 (``bench/gemm_small_h200``): the same swap-AB 64x16 tile read
+    1.013 unsplit with 12 stages, 0.929 split in 2, 0.780 split in 4. All three stream at the
+    HBM roof; the estimate orders them by what they add to it."""
+    summary = json.loads((BENCH / "gemm_small_h200" / "gemm-small-summary.json").read_text())
+    results = json.loads((BENCH / "gemm_small_h200"
+                          / "gemm-small-gemm-bf16-16x8192x8192.results.json").read_text())
+    rows = []
+    for m in results["measurements"]:
+        genes = dict(summary["genomes"][m["genome_hash"]])
+        if genes["tile"] != "64x16x64" or genes["stages"] != 12 or m.get("ratio") is None:
+            continue
+        tm, tn, tk = map(int, genes.pop("tile").split("x"))
+        genes.update(tile_m=tm, tile_n=tn, tile_k=tk)
+        if genes["epilogue"] == "tma_store":
+            rows.append((genes["split_k"], m["ratio"], gemm_estimate(
+                genes, {"m": 16, "n": 8192, "k": 8192}).relative))  # type: ignore[union-attr]
+    rows.sort()
+    assert [r[0] for r in rows] == [1, 2, 4]
+    assert rows[0][1] > rows[1][1] > rows[2][1]  # as measured
+    assert rows[0][2] < rows[1][2] < rows[2][2]  # as estimated

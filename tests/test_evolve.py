@@ -199,3 +199,32 @@ def test_tune_gemm_with_the_default_sampler_builds_without_a_gpu(tmp_path: Path)
         assert store.funnel("gemm-bf16-2048x2048x8192-sm_90a")["built"] >= 2
         info = store.get_study("gemm-bf16-2048x2048x8192-sm_90a")
         assert info is not None and info.sampler == "evolve"
+
+
+class _StagesModel:
+    """A stand-in cost model: more stages are faster, and it reads only ``stages``."""
+
+    reads = ("stages",)
+    learned = False
+
+    def fit(self, genes: Any, values: Any) -> _StagesModel:
+        return self
+
+    def predict(self, genes: Any) -> Any:
+        import numpy as np
+
+        return np.array([-float(g["stages"]) for g in genes])
+
+
+def test_every_neighbour_of_the_incumbent_along_the_model_s_knobs_is_ranked() -> None:
+    # Many knobs the model cannot tell apart, and the model's best a far jump (2 -> 12
+    # stages) from the incumbent: a random one-gene draw rarely holds it, the neighbourhood
+    # always does, so the model's first pick is it.
+    choices = {"stages": (2, 3, 4, 5, 6, 7, 8, 10, 12),
+               **{f"warp{i}": tuple(range(8)) for i in range(12)}}
+    incumbent = {"stages": 2, **{f"warp{i}": 0 for i in range(12)}}
+    for seed in range(5):
+        evolution = Evolution(choices, seed, model=_StagesModel(), explore=0.0)  # type: ignore[arg-type]
+        proposal = evolution.propose([Observation(incumbent, 1.0)])
+        assert proposal == {**incumbent, "stages": 12}, proposal
+        assert evolution.last["how"] == "neighbour"

@@ -357,3 +357,18 @@ def test_the_h200_epilogue_suite_still_verifies_valid(gemm: Any) -> None:
             invalid.append((entry["label"], verdict.summary()))
     assert not invalid, invalid
     assert wasteful and all(ratio < 0.6 for _, ratio in wasteful), wasteful
+
+
+def test_a_swizzle_band_wider_than_the_problem_is_rejected_with_its_geometry(gemm: Any) -> None:
+    # 128x8192x8192 swapped: 64 N-side tiles along the kernel's M, one 128-column tile across
+    # N. Raster 'm' bands along N: a band of 8 would walk 7 empty tiles per real one.
+    problem = Problem.of("gemm", "bf16", m=128, n=8192, k=8192)
+    wide = gemm.genome(swap_ab=True, tile_m=64, tile_n=128, consumers=1, persistent=True,
+                       raster="m", swizzle=8)
+    findings = [f for f in gemm.tsopt_checks(wide, problem) if f.rule == "tsopt.swizzle_band"]
+    assert findings and "swizzle 8" in findings[0].message and "1 cluster" in findings[0].message
+    for fits in (gemm.genome(swap_ab=True, tile_m=64, tile_n=128, consumers=1, persistent=True,
+                             raster="n", swizzle=8),  # bands along M: 128 tiles there
+                 gemm.genome(swap_ab=True, tile_m=64, tile_n=128, consumers=1, persistent=True,
+                             raster="m", swizzle=1)):
+        assert not [f for f in gemm.tsopt_checks(fits, problem) if f.rule == "tsopt.swizzle_band"]
