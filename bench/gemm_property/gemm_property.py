@@ -323,8 +323,9 @@ class Planner:
                     continue
                 genome, dtype, tiles = cand["genome"], cand["dtype"], cand["tiles"]
                 # The genome's turn picks its shape's kind; when the verifier rejects that
-                # shape (a row of the table), the kinds after it are tried in turn, so every
-                # genome valid on 8192^3 yields an accepted pair (a TS skeleton costs seconds).
+                # shape (a row of the table), the kinds after it are tried in turn, so a genome
+                # valid on 8192^3 mostly yields an accepted pair (a TS skeleton costs seconds);
+                # one no kind accepts (a swizzle band wider than every small shape) yields none.
                 first = turns % len(SHAPE_KINDS)
                 order = list(dict.fromkeys(SHAPE_KINDS[first:] + SHAPE_KINDS[:first]))
                 turns += 1
