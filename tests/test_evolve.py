@@ -49,6 +49,13 @@ def copy_space():  # type: ignore[no-untyped-def]
     return space
 
 
+@pytest.fixture(scope="module")
+def gemm_space():  # type: ignore[no-untyped-def]
+    space = get_space("gemm")
+    space.judge = judge_for(space)
+    return space
+
+
 def test_evolve_is_the_default_sampler() -> None:
     from tsopt.search.request import TuneRequest
 
@@ -228,3 +235,36 @@ def test_every_neighbour_of_the_incumbent_along_the_model_s_knobs_is_ranked() ->
         proposal = evolution.propose([Observation(incumbent, 1.0)])
         assert proposal == {**incumbent, "stages": 12}, proposal
         assert evolution.last["how"] == "neighbour"
+
+
+@pytest.mark.slow
+def test_a_move_to_stream_k_takes_along_the_knobs_it_needs(gemm_space) -> None:  # type: ignore[no-untyped-def]
+    # Round 4 on the H200 (bench/tune_gpu): the 8192^3 study never proposed stream-K (1.05x
+    # cuBLAS by hand) from its 1x2-clustered, swizzled incumbents: stream_k alone is never in
+    # the legal set there. Coupled (SearchSpace.coupled), the move is legal, and the cost
+    # model ranks it first among the incumbent's neighbours.
+    import json
+
+    from tsopt.core.genome import Genome
+    from tsopt.core.problem import Problem
+    from tsopt.search.evolve import declared_legal, space_completer
+    from tsopt.verify.verifier import predicting_judge
+
+    problem = Problem.of("gemm", "bf16", m=8192, n=8192, k=8192)
+    known = json.loads((ROOT / "bench" / "tune_gpu" / "known-round4.json").read_text())
+    incumbent = next(Genome.from_dict(e["genome"]) for e in known["gemm:bf16:8192x8192x8192"]
+                     if e["genome_hash"].startswith("8bb0108a3dbb"))
+    params = gemm_space.params_of(incumbent)
+    assert (params["cluster"], params["swizzle"], params["stream_k"]) == ("1x2", 8, False)
+    judge = predicting_judge(gemm_space)
+    legal = declared_legal(gemm_space, problem, judge)
+    assert legal is not None and not legal({**params, "stream_k": True})
+    coupled = gemm_space.coupled({**params, "stream_k": True})
+    assert (coupled["cluster"], coupled["swizzle"], coupled["persistent"]) == ("1x1", 1, True)
+    assert legal(coupled)
+    choices = {k.name: tuple(k.choices) for k in gemm_space.knobs(problem)}
+    evolution = Evolution(choices, 0, sizes=problem.sizes, explore=0.0,
+                          complete=space_completer(gemm_space, problem, None), legal=legal)
+    proposal = evolution.propose([Observation(params, 1.0 / 1.03)])
+    assert proposal["stream_k"] is True and proposal["cluster"] == "1x1", proposal
+    assert evolution.last["how"] == "neighbour"

@@ -39,9 +39,13 @@ GENOMES: dict[str, dict[str, Any]] = {
         "persistent": True, "cluster": "2x1", "swizzle": 2, "raster": "n",
         "load": (("coords", "try_acquire", "acquire", "tma_load", "commit"), 1, "none"),
     },
+    "stream-k": {
+        "persistent": True, "stream_k": True,
+        "load": (("coords", "try_acquire", "acquire", "tma_load", "commit"), 1, "none"),
+    },
 }
-STANDALONE_IMPORTS = {"os", "contextlib", "collections", "dataclasses", "typing", "cuda", "cutlass",
-                      "argparse", "tempfile", "torch"}
+STANDALONE_IMPORTS = {"os", "contextlib", "collections", "dataclasses", "functools", "typing",
+                      "cuda", "cutlass", "argparse", "tempfile", "torch"}
 
 
 @pytest.fixture(scope="module")

@@ -265,6 +265,67 @@ def split_k_findings(cfg: GemmConfig) -> list[Finding]:
                     + "; ".join(problems))]
 
 
+INT32_LIMIT = 2**31
+"""The stream-K unit arithmetic (``StreamKPlan.segment``) runs in Int32 on the GPU."""
+
+
+def stream_k_findings(cfg: GemmConfig) -> list[Finding]:
+    """``tsopt.stream_k``: what the stream-K decomposition and its fix-up assume, which TS does
+    not see (the fix-up is a handshake between CTAs through global memory, inside a work body).
+
+    The protocol (``StreamKPlan``, ``Accumulator.fixup``): on the static persistent tile loop,
+    one CTA per SM; a tile's later pieces write fp32 partials to their range's workspace slot
+    and raise its flag (release, GPU scope); its first piece spins on each flag (acquire, GPU
+    scope), adds the partials in range order and stores D. A CTA waits only for CTAs of a
+    lower index. This rule checks the geometry the protocol assumes:
+
+    - the persistent tile loop (``persistent``) without a raster swizzle, a cluster, split-K
+      or warpgroups on their own tiles: a piece is one CTA's run of K slices of one tile;
+    - a last wave that is not full: with whole waves there is nothing to balance, and the
+      kernel would be the data-parallel one plus its fix-up;
+    - a piece (and a dummy unit) of at least ``sk_granule`` K slices (one more than either
+      head holds), so a unit commits as many stages as it consumes; TS judges the schedule at
+      that shortest domain too (``extra_verify_domains``), and so does the replay above;
+    - the unit arithmetic fits Int32.
+
+    Not checked (no static handle): that every CTA is resident at once. The grid is one CTA
+    per SM and each waits only for lower-numbered CTAs, which the hardware dispatches first,
+    so it holds on a GPU this kernel has to itself; a GPU partitioned under it (MPS limits,
+    green contexts) with fewer SMs than 132 could leave a waiting CTA's peer unscheduled. Nor
+    the memory ordering at run time (release/acquire at GPU scope, by construction), nor that
+    two launches on two streams at once share the one workspace (they must not)."""
+    if not cfg.stream_k:
+        return []
+    problems = []
+    if not cfg.persistent:
+        problems.append("one tile per CTA (stream-K runs on the persistent tile loop)")
+    if (cfg.cluster_m, cfg.cluster_n) != (1, 1):
+        problems.append(f"cluster {cfg.cluster_m}x{cfg.cluster_n} (a multicast pair would "
+                        "need the same tile and K run in both CTAs)")
+    if cfg.split_k > 1:
+        problems.append(f"split_k={cfg.split_k} (stream-K splits K itself)")
+    if cfg.separate:
+        problems.append("arrangement 'separate' (a piece is one tile of one chain)")
+    if cfg.swizzle != 1:
+        problems.append(f"swizzle {cfg.swizzle} (its tiles follow the raster only)")
+    plan = cfg.sk_plan
+    if plan is not None and not problems:
+        if plan.sk_tiles == 0:
+            problems.append(f"{plan.tiles} tiles, {plan.tiles // plan.ctas} whole wave(s) of "
+                            f"{plan.ctas} CTAs: nothing to balance")
+        if cfg.k_tiles < cfg.sk_granule:
+            problems.append(f"{cfg.k_tiles} K slice(s) per tile, fewer than a piece's "
+                            f"{cfg.sk_granule}")
+        if (plan.sk_blocks * max(1, plan.sk_ctas) >= INT32_LIMIT
+                or plan.blocks * plan.k_tiles >= INT32_LIMIT
+                or plan.units >= INT32_LIMIT):
+            problems.append(f"{plan.sk_blocks} blocks of {plan.k_tiles} K slices overflow the "
+                            "kernel's Int32 unit arithmetic")
+    if not problems:
+        return []
+    return [Finding("tsopt.stream_k", "stream_k cannot run with " + "; ".join(problems))]
+
+
 def unit_extent_findings(cfg: GemmConfig) -> list[Finding]:
     """``tsopt.unit_extent``: a problem with a single row of A and D (M = 1).
 
@@ -299,6 +360,12 @@ def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
     """All of tsopt's own checks for one configuration; empty when it may be built."""
     k = k_tiles if k_tiles is not None else cfg.split_tiles
     findings = async_consumer_findings(cfg, k) + producer_findings(cfg, k)
+    plan = cfg.sk_plan
+    if plan is not None and k_tiles is None and 0 < plan.granule < k:
+        # A stream-K unit runs as few as granule K slices (a dummy): the same replay there.
+        rules = {f.rule for f in findings}
+        findings += [f for f in (async_consumer_findings(cfg, plan.granule)
+                                 + producer_findings(cfg, plan.granule)) if f.rule not in rules]
     if any(op == "commit" for op, sec in cfg.load_ops if sec == "tail"):
         findings.append(Finding(
             "tsopt.stage_identity",
@@ -321,6 +388,7 @@ def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
         ))
     findings += shape_findings(cfg)
     findings += split_k_findings(cfg)
+    findings += stream_k_findings(cfg)
     findings += unit_extent_findings(cfg)
     if cfg.tile_m % (64 * cfg.mma_warpgroups):
         findings.append(Finding(

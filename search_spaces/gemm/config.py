@@ -130,7 +130,7 @@ NUMERIC_CHOICES: dict[str, tuple[int, ...]] = {
     "tile_m": (64, 128, 256),
     "tile_n": (16, 32, 48, 64, 80, 96, 128, 160, 192, 256),
     "tile_k": (32, 64, 128),
-    "stages": (2, 3, 4, 5, 6, 7, 8, 10, 12),
+    "stages": (2, 3, 4, 5, 6, 7, 8, 10, 12, 16),
     "consumers": (1, 2),
     "load_warp": (0, 3),
     "producer_regs": (24, 40, 56),
@@ -147,6 +147,7 @@ STRUCTURE_CHOICES: dict[str, tuple[bool | str, ...]] = {
     "epilogue": ("direct", "tma_store"),
     "arrangement": ("cooperative", "separate"),
     "swap_ab": (False, True),
+    "stream_k": (False, True),
 }
 KNOB_DOCS = {
     "load.body": "order of the producer's loop body "
@@ -184,11 +185,15 @@ KNOB_DOCS = {
     "swizzle": "persistent raster swizzle, in clusters (1: none)",
     "split_k": "CTAs per output tile, each over 1/split_k of K, in a cluster along z; their fp32 "
                "partials are summed in a fixed order through distributed SMEM (deterministic)",
+    "stream_k": "persistent data-parallel waves, then the last partial wave and one more cut "
+                "into K pieces shared evenly by every CTA (stream-K); a tile's pieces are "
+                "summed in a fixed order through a global workspace (deterministic)",
 }
-ADDED_GENES: dict[str, Any] = {"arrangement": "cooperative", "swap_ab": False, "split_k": 1}
+ADDED_GENES: dict[str, Any] = {"arrangement": "cooperative", "swap_ab": False, "split_k": 1,
+                               "stream_k": False}
 """Genes added after studies were recorded, with the value a genome without one means (so
 recorded genomes keep their hash, their verdict and their meaning)."""
-OMITTED_AT_DEFAULT = ("swap_ab", "split_k")
+OMITTED_AT_DEFAULT = ("swap_ab", "split_k", "stream_k")
 """Added genes a genome built by the space leaves out while they hold their default, so the
 genomes it built before they existed (the seed, every recorded study's) keep their hash."""
 
@@ -214,7 +219,7 @@ SEED_GENES: dict[str, Any] = {
     "advance_on_wait": True, "persistent": False, "producer_wg": "first", "cluster": "1x1",
     "raster": "m", "epilogue": "direct", "arrangement": "cooperative", "swap_ab": False,
     "tile_m": 128, "tile_n": 256, "tile_k": 64, "stages": 4, "consumers": 2, "load_warp": 0,
-    "producer_regs": 40, "consumer_regs": 232, "swizzle": 1, "split_k": 1,
+    "producer_regs": 40, "consumer_regs": 232, "swizzle": 1, "split_k": 1, "stream_k": False,
 }
 SEED_PLACEMENT: dict[str, Any] = {
     "load.body": ",".join(CANONICAL_BODY["load"]), "load.depth": 0, "load.defer": "none",
@@ -266,4 +271,5 @@ def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str) -> Gemm
         mma_ops=tuple((p.op, p.section) for p in genome.task("mma").ops),
         swap_ab=swap_ab,
         split_k=int(gene(genome, "split_k")),  # type: ignore[call-overload]
+        stream_k=bool(gene(genome, "stream_k")),
     )

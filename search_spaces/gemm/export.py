@@ -21,10 +21,15 @@ from tsopt.search_spaces.gemm.kernel import PIPELINE_OPS, PRIMARY_OP, GemmConfig
 _RESOURCES = {"load": ("coords", "smem"), "mma": ("smem", "acc")}
 
 
-def _op_line(op: str, head_iteration: int | None) -> str:
-    """One op as a call on the resource proxies; head copies of ``coords`` name their K slice."""
+def _op_line(op: str, head_iteration: int | None, stream_k: bool = False) -> str:
+    """One op as a call on the resource proxies; head copies of ``coords`` name their K slice.
+    With stream-K the coordinates are the unit's, from its origin tokens (``res["origin"]``)."""
     if op == "coords":
         it = "" if head_iteration is None else f"it={head_iteration}"
+        if stream_k:
+            args = ", ".join(["base_m=base_m", "base_n=base_n", "base_k=base_k",
+                              *([it] if it else [])])
+            return f"tile_m, tile_n, k_tile = coords.unit_coords({args})"
         return f"tile_m, tile_n, k_tile = coords.compute_coords({it})"
     if op == "tma_load":
         return "smem.tma_load(tile_m=tile_m, tile_n=tile_n, k_tile=k_tile)"
@@ -40,18 +45,23 @@ def _op_line(op: str, head_iteration: int | None) -> str:
     raise KeyError(f"unknown op {op!r}")
 
 
-def render_body(task: str, ops: Sequence[tuple[str, str]]) -> str:
+def render_body(task: str, ops: Sequence[tuple[str, str]], stream_k: bool = False) -> str:
     """One task's schedule body as Python source: head, ``domain_loop``, tail."""
-    return _export_source.render_body(
+    source = _export_source.render_body(
         task,
         ops,
         resources=_RESOURCES[task],
         primary_op=PRIMARY_OP[task],
-        op_line=lambda op, index: _op_line(op, index if op == "coords" else None),
+        op_line=lambda op, index: _op_line(op, index if op == "coords" else None, stream_k),
         domain="k_tiles",
         loop_note="the remaining K slices",
         head_note="K slices loaded ahead" if task == "load" else "wgmma batches issued ahead",
     )
+    if stream_k and task == "load":
+        # The unit's origin, worked out once per unit by the schedule (TileCoords.unit_origin).
+        first, rest = source.split("\n", 2)[:2], source.split("\n", 2)[2]
+        source = "\n".join([*first, '    base_m, base_n, base_k = res["origin"]', rest])
+    return source
 
 
 def render_config(cfg: GemmConfig) -> str:
@@ -93,8 +103,11 @@ def check_on_gpu():
     d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
     compiled = compile_kernel(ARCH)
     stream = cuda_driver.CUstream(torch.cuda.current_stream().cuda_stream)
-    compiled(from_dlpack(a, assumed_align=16), from_dlpack(b, assumed_align=16),
-             from_dlpack(d, assumed_align=16), stream)
+    tensors = [from_dlpack(t, assumed_align=16) for t in (a, b, d)]
+    if CONFIG.workspace_bytes:  # stream-K's fix-up: zeroed once, left zeroed by the kernel
+        workspace = torch.zeros(CONFIG.workspace_bytes // 4, dtype=torch.float32, device="cuda")
+        tensors.append(from_dlpack(workspace, assumed_align=16))
+    compiled(*tensors, stream)
     torch.cuda.synchronize()
     reference = a.float() @ b.float().T
     unwritten = int(torch.isnan(d).sum().item())
@@ -111,7 +124,7 @@ def check_on_gpu():
 
 def render_kernel_source(cfg: GemmConfig, header: str, arch: str) -> str:
     """The whole exported ``kernel.py``."""
-    candidate = (render_config(cfg), render_body("load", cfg.load_ops),
+    candidate = (render_config(cfg), render_body("load", cfg.load_ops, cfg.stream_k),
                  render_body("mma", cfg.mma_ops))
     return _export_source.assemble(hopper_gemm_kernel, header, arch, candidate, TEMPLATE_MAIN)
 

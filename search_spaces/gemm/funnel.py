@@ -19,7 +19,8 @@ The TS verifier judges every factor for real:
    cheaper than the two-warpgroup one;
 2. every layout with the canonical schedule S0;
 3. every pair of surviving placements at every stage count (non-persistent,
-   L0); a persistent schedule is taken as valid iff the same schedule without
+   L_DEPTH: L0 with stages small enough that the deepest pipeline fits); a persistent
+   schedule is taken as valid iff the same schedule without
    the tile loop is and the canonical schedule is valid persistent at that
    (advance_on_wait, stages) (persistent BFS runs cost ~10-40x more);
 4. TS's SMEM capacity check is the allocator's byte count, which
@@ -83,6 +84,13 @@ LAYOUT_GENES = ("consumers", "arrangement", "producer_wg", "load_warp", "produce
                 "consumer_regs", "cluster")
 L0 = {"consumers": 1, "tile_n": 128}
 """The cheap canonical layout for schedule screens (one consumer warpgroup, 128x128 tiles)."""
+L_DEPTH = {**L0, "tile_m": 64, "tile_k": 32}
+"""L0 with stages small enough (64x128x32: 12 KiB) that the deepest pipeline of the choices
+fits in SMEM, for the joint schedule at each stage count. TS sees tiles only through the SMEM
+size, so a schedule is judged here, and whether a genome's own stages fit is its SMEM
+check's to say (the ``rest`` factor). In L0 (32 KiB a stage) 8 stages or more never fit, and
+the legal set held no schedule deeper than 7 stages: found on the H200 (issue #12), where
+64x4096x4096's fastest kernel, 64x32 tiles with 16 stages, was never proposed."""
 LAYOUT_SCREEN_O = {"tile_n": 128, "stages": 3}
 """Tiles and stages of the layout screen: small enough that every arrangement's SMEM fits, so
 the screen sees the layout's own rules (TS sees O and stages only through the SMEM size)."""
@@ -194,12 +202,12 @@ def gemm_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress |
             layout_ok.append(genes)
         tick("screening layouts", i + 1, len(layouts))
 
-    # 3. Joint schedules (non-persistent, L0) at every stage count; persistence by rule.
+    # 3. Joint schedules (non-persistent, L_DEPTH) at every stage count; persistence by rule.
     persistent_ok = {}
     for aow in aows:
         for stages in stages_choices:
             genome = space.genome(advance_on_wait=aow, persistent=True, stages=stages,
-                                  mma=CANONICAL_MMA[aow], **L0)
+                                  mma=CANONICAL_MMA[aow], **L_DEPTH)
             persistent_ok[(aow, stages)] = _ts_ok(judge(genome, problem))
     schedules: list[tuple[Any, Any, bool, bool, int]] = []
     joint_total = sum(len(alive[("load", a)]) * len(alive[("mma", a)]) for a in aows)
@@ -210,7 +218,7 @@ def gemm_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress |
             for mma in alive[("mma", aow)]:
                 for stages in stages_choices:
                     verdict = judge(space.genome(load=load, mma=mma, advance_on_wait=aow,
-                                                 stages=stages, **L0), problem)
+                                                 stages=stages, **L_DEPTH), problem)
                     done += 1
                     tick("verifying joint schedules", done, joint_total)
                     if _ts_ok(verdict):
@@ -368,7 +376,7 @@ def gemm_factors(space: Any, problem: Problem, judge: Judge) -> tuple[Factor, ..
     2. ``mma``: the consumer placement next to the canonical producer, for that
        advance_on_wait;
     3. ``depth``: stages and persistence for the two placements (step 3: the joint schedule
-       at L0; persistent iff the canonical schedule is valid persistent there), and no
+       at L_DEPTH; persistent iff the canonical schedule is valid persistent there), and no
        schedule hazard of tsopt's (stage identity, asynchronous consumer);
     4. ``layout``: warps, registers and cluster with the canonical schedule (step 2);
     5. ``rest``: every other knob (tiles, epilogue, raster, swizzle, genes added later),
@@ -405,7 +413,8 @@ def gemm_factors(space: Any, problem: Problem, judge: Judge) -> tuple[Factor, ..
         load, mma = placement(params, "load"), placement(params, "mma")
 
         def joint() -> bool:
-            genome = space.genome(load=load, mma=mma, advance_on_wait=aow, stages=stages, **L0)
+            genome = space.genome(load=load, mma=mma, advance_on_wait=aow, stages=stages,
+                                  **L_DEPTH)
             if not _ts_ok(judge(genome, problem)):
                 return False
             cfg = space.config(space.genome(load=load, mma=mma, advance_on_wait=aow,
@@ -415,7 +424,7 @@ def gemm_factors(space: Any, problem: Problem, judge: Judge) -> tuple[Factor, ..
 
         def persistent_ok() -> bool:
             return _ts_ok(judge(space.genome(advance_on_wait=aow, persistent=True, stages=stages,
-                                             mma=CANONICAL_MMA[aow], **L0), problem))
+                                             mma=CANONICAL_MMA[aow], **L_DEPTH), problem))
         return (remembered(("joint", load, mma, aow, stages, persistent), joint)
                 and (not persistent or remembered(("persistent", aow, stages), persistent_ok)))
 
@@ -441,7 +450,7 @@ def gemm_factors(space: Any, problem: Problem, judge: Judge) -> tuple[Factor, ..
         Factor("mma", PLACEMENT_FACTOR_KNOBS["mma"], lambda p: task_ok("mma", p),
                "consumer placement next to the canonical producer (TS at L0)"),
         Factor("depth", DEPTH_KNOBS, depth_ok,
-               "the joint schedule at these stages (TS at L0), persistence, schedule hazards"),
+               "the joint schedule at these stages (TS at L_DEPTH), persistence, schedule hazards"),
         Factor("layout", layout_knobs, layout_ok, "warps, registers, cluster (TS with S0)"),
         Factor("rest", rest_knobs, rest_ok, "SMEM and tsopt's checks on the genome itself"),
     )

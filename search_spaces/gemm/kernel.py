@@ -73,6 +73,7 @@ the tail ops after it (delayed release, the final ``wait_group(0)``).
 # No `from __future__ import annotations`: the DSL reads dataclass field
 # annotations (Constexpr or not) at trace time.
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -119,6 +120,8 @@ EPI_COLS = 64
 EPI_BARRIER = 8
 """First named-barrier id of the TMA-store epilogue (one per consumer warpgroup); TS and the
 pipelines use mbarriers and barrier 0 only."""
+SK_BARRIER = 10
+"""First named-barrier id of the stream-K fix-up (one per consumer warpgroup)."""
 PRIMARY_OP = {"load": "tma_load", "mma": "wgmma"}
 """The op that opens one K slice of each task (counted in the head: the loop start)."""
 
@@ -164,13 +167,18 @@ class GemmConfig:
     load_ops: Placement
     mma_ops: Placement
     swap_ab: bool = False
+    """Compute Dᵀ = B·Aᵀ: the kernel's rows are the problem's N, its columns the problem's M
+    (``m``/``n`` above are the kernel's; :attr:`problem_m`/:attr:`problem_n` the problem's),
+    its A operand is B and its D the problem's D seen through swapped strides."""
     split_k: int = 1
     """CTAs that share one output tile, each over its own run of K slices; their fp32 partial
     tiles are summed in a fixed order through distributed SMEM (:meth:`Accumulator.reduce_split`)
     inside a cluster of ``split_k`` CTAs along z; the first CTA of the cluster stores D."""
-    """Compute Dᵀ = B·Aᵀ: the kernel's rows are the problem's N, its columns the problem's M
-    (``m``/``n`` above are the kernel's; :attr:`problem_m`/:attr:`problem_n` the problem's),
-    its A operand is B and its D the problem's D seen through swapped strides."""
+    stream_k: bool = False
+    """Data-parallel waves, then stream-K over the rest (:class:`StreamKPlan`): on the persistent
+    tile loop, the tiles past the last full wave but one are cut into K pieces shared evenly
+    by every CTA, and a tile's pieces are summed in a fixed order through a global workspace
+    (:meth:`Accumulator.fixup`) by the CTA that computes its first piece, which alone stores D."""
 
     # -- schedule shape --------------------------------------------------------------
     @staticmethod
@@ -214,6 +222,30 @@ class GemmConfig:
         """K slices one CTA multiplies (the TS domain): all of them, or its split's share
         (the last split's run may pass the end of K: TMA zero-fills those slices)."""
         return -(-self.k_tiles // self.split_k)
+
+    @property
+    def sk_granule(self) -> int:
+        """Fewest K slices of a stream-K piece: one more than either task's head holds, so
+        each piece runs its loop at least once and commits as many stages as it consumes."""
+        return max(self.prefetch, self.inflight) + 1
+
+    @functools.cached_property
+    def sk_plan(self) -> "StreamKPlan | None":
+        """The stream-K decomposition of this problem (None without ``stream_k``)."""
+        if not self.stream_k:
+            return None
+        return StreamKPlan.make(self.tiles_m, self.tiles_n, self.k_tiles, self.sk_granule,
+                                SM_COUNT, self.raster == "m")
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Global memory the kernel keeps between launches (zeroed once; the kernel leaves it
+        zeroed): per stream-K CTA and consumer warpgroup one fp32 partial tile, then one
+        Int32 flag each. 0 without stream-K."""
+        if not self.stream_k:
+            return 0
+        slots = SM_COUNT * self.consumers
+        return slots * self.wg_tile_m * self.tile_n * 4 + slots * 4
 
     @property
     def red_bytes(self) -> int:
@@ -385,10 +417,139 @@ class GemmConfig:
         """Launch grid: every tile (rounded up to whole clusters) or one wave of clusters."""
         cm, cn = self.cluster_m, self.cluster_n
         clusters_m, clusters_n = -(-self.tiles_m // cm), -(-self.tiles_n // cn)
+        if self.stream_k:
+            return (1, 1, SM_COUNT)  # the static scheduler's grid over StreamKPlan's units
         if not self.persistent:
             return (clusters_m * cm, clusters_n * cn, self.split_k)
         # The static persistent scheduler's grid: (cluster_m, cluster_n, clusters).
         return (cm, cn, min(clusters_m * clusters_n, SM_COUNT // self.cluster_size))
+
+
+@dataclass(frozen=True)
+class StreamKPlan:
+    """Data-parallel waves, then stream-K: which tile and K slices each persistent CTA takes.
+
+    ``ctas`` CTAs (one per SM) walk ``units_per_cta`` units each, CTA ``c`` the units
+    ``u = c + j * ctas`` of the static persistent scheduler (a 1-D problem of ``units``).
+    The first ``dp_waves`` units of a CTA are whole tiles (``j * ctas + c``). The tiles
+    after them (the last partial wave and one full wave before it, or every tile when there
+    are fewer tiles than CTAs) are cut into ``blocks`` K blocks each (at least
+    ``granule`` K slices a block), and their ``sk_blocks`` blocks are shared out as
+    contiguous ranges, one per CTA, as even as whole blocks allow. A range covers the end of
+    one tile, maybe whole tiles, and the start of another: one segment (a unit) per tile it
+    touches, ``slots`` at most; a CTA with fewer runs dummy units (see :meth:`segment`).
+
+    The ranges run in reverse CTA order (range ``r`` is CTA ``ctas - 1 - r``), so a CTA
+    only ever waits for a lower-numbered one, which the hardware launched first. A tile's
+    first piece (``k_begin == 0``) is the last segment of its range and is computed last:
+    its CTA owns the tile, waits for the pieces of the ranges after its own (``r + 1`` ..
+    ``last``: their first segments, computed first), adds their fp32 partials in range
+    order (deterministic) and stores D. Every other piece writes its partial to its range's
+    workspace slot and raises the slot's flag; the owner lowers it again.
+
+    Plain integers in, a segment out: :meth:`segment` runs on the host (checks, tests) on
+    Python ints and in the kernel on DSL Int32 alike (arithmetic and ``cutlass.min``/``max``
+    only, no branches).
+    """
+
+    ctas: int
+    dp_waves: int
+    tiles: int
+    tiles_m: int
+    tiles_n: int
+    raster_m: bool
+    k_tiles: int
+    blocks: int
+    slots: int
+    granule: int
+
+    @staticmethod
+    def make(tiles_m: int, tiles_n: int, k_tiles: int, granule: int, ctas: int,
+             raster_m: bool) -> "StreamKPlan":
+        tiles = tiles_m * tiles_n
+        waves = tiles // ctas
+        # The last partial wave and the full one before it are streamed (one SK wave of
+        # between one and two tiles a CTA); whole waves alone leave nothing to balance.
+        dp_waves = waves if tiles % ctas == 0 else max(0, waves - 1)
+        granule = max(1, granule)
+        blocks = max(1, k_tiles // granule)
+        plan = StreamKPlan(ctas, dp_waves, tiles, tiles_m, tiles_n, raster_m, k_tiles,
+                           blocks, 0, granule)
+        slots = 0
+        for r in range(plan.sk_ctas):
+            lo, hi = plan.range_blocks(r)
+            slots = max(slots, (hi - 1) // blocks - lo // blocks + 1)
+        return StreamKPlan(ctas, dp_waves, tiles, tiles_m, tiles_n, raster_m, k_tiles,
+                           blocks, slots, granule)
+
+    @property
+    def sk_tiles(self) -> int:
+        return self.tiles - self.dp_waves * self.ctas
+
+    @property
+    def sk_blocks(self) -> int:
+        return self.sk_tiles * self.blocks
+
+    @property
+    def sk_ctas(self) -> int:
+        """CTAs with a stream-K range: every CTA, unless there are fewer blocks than CTAs
+        (then one block each, and the rest have data-parallel tiles only)."""
+        return min(self.ctas, self.sk_blocks)
+
+    def range_blocks(self, r: Any) -> tuple[Any, Any]:
+        """Blocks ``[first, end)`` of range ``r`` (empty from ``sk_ctas`` on)."""
+        s, b = max(1, self.sk_ctas), self.sk_blocks
+        return cutlass.min(r, s) * b // s, cutlass.min(r + 1, s) * b // s
+
+    @property
+    def units_per_cta(self) -> int:
+        return self.dp_waves + self.slots
+
+    @property
+    def units(self) -> int:
+        return self.ctas * self.units_per_cta
+
+    @property
+    def min_piece(self) -> int:
+        """K slices of the shortest non-empty stream-K piece (one block)."""
+        return self.k_tiles // self.blocks
+
+    def segment(self, u: Any) -> tuple[Any, Any, Any, Any]:
+        """Unit ``u`` as ``(tile, k_begin, k_len, last)``: the linear tile, its first K slice
+        and count, and for a tile's first piece the last range whose partial it adds (its own
+        range: none). An empty unit (its range touches fewer tiles than ``slots``) is a
+        dummy: ``k_begin == k_tiles`` and ``granule`` K slices (its loads reread the tile's
+        first slices: ``TileCoords.unit_origin``); it adds nothing and stores nothing. (TS
+        could skip such units through ``work_tile_loop(skip_if=...)``, but in DSL 4.8.1 its
+        skipped-tile path leaves the head's task-local values inside a branch the K loop
+        reads them from after, and the kernel does not compile.)"""
+        lo_, hi_ = cutlass.min, cutlass.max
+        p, w, nb, kt = self.ctas, self.dp_waves, self.blocks, self.k_tiles
+        b, s = max(1, self.sk_blocks), max(1, self.sk_ctas)
+        c, j = u % p, u // p
+        dp = lo_(hi_(w - j, 0), 1)  # 1 for a data-parallel unit, else 0
+        r = p - 1 - c
+        first, end = self.range_blocks(r)
+        q = first // nb + hi_(j - w, 0)  # this unit's tile among the streamed ones
+        b0 = hi_(first, q * nb) - q * nb
+        b1 = hi_(lo_(end, q * nb + nb) - q * nb, b0)
+        k0, k1 = b0 * kt // nb, b1 * kt // nb
+        empty = 1 - lo_(k1 - k0, 1)  # 1 for a dummy unit
+        last = (lo_(q * nb + nb, b) * s - 1) // b  # the range holding the tile's last block
+        tile = lo_(dp * (j * p + c) + (1 - dp) * (w * p + q), self.tiles - 1)
+        k_begin = (1 - dp) * (k0 + empty * (kt - k0))
+        k_len = dp * kt + (1 - dp) * (k1 - k0 + empty * self.granule)
+        return tile, k_begin, k_len, dp * r + (1 - dp) * last
+
+    def tile_coords(self, tile: Any) -> tuple[Any, Any]:
+        """(tile_m, tile_n) of a linear tile, along M first (raster 'm') or N first."""
+        if self.raster_m:
+            return tile % self.tiles_m, tile // self.tiles_m
+        return tile // self.tiles_n, tile % self.tiles_n
+
+    def range_of(self, u: Any) -> Any:
+        """The stream-K range (and workspace slot) of unit ``u``'s CTA."""
+        return self.ctas - 1 - u % self.ctas
 
 
 ########################################################################################
@@ -413,6 +574,8 @@ class KernelArgs:
     tma_atom_d: Any = None
     mD_tma: Any = None
     epi_layout: Any = None
+    mW: Any = None
+    """Stream-K's workspace (fp32 partials, then Int32 flags; :attr:`GemmConfig.workspace_bytes`)."""
 
 
 @dataclass
@@ -425,19 +588,51 @@ class TileCoords(MemoryResource):
     chain: cutlass.Constexpr[int] = field(init=False, default=0)
     chains: cutlass.Constexpr[int] = field(init=False, default=1)
     split_tiles: cutlass.Constexpr[int] = field(init=False, default=0)
+    plan: cutlass.Constexpr = field(init=False, default=None)
     tile_m: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
     tile_n: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
     k_tile: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
+    base_m: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
+    base_n: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
+    base_k: cutlass.Constexpr[TaskLocalVariable] = TaskLocalVariable.uninitialized()
 
     def __init__(self, chain: int = 0, chains: int = 1, split_tiles: int = 0,
-                 **kwargs: Any) -> None:
+                 plan: "StreamKPlan | None" = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.chain = chain
         self.chains = chains
         self.split_tiles = split_tiles  # K slices per split; 0: no split-K
+        self.plan = plan  # stream-K: the work tile is a unit of the plan
         self.tile_m = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
         self.tile_n = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
         self.k_tile = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
+        self.base_m = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
+        self.base_n = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
+        self.base_k = TaskLocalVariable(dtype=cutlass.Int32, default=cutlass.Int32(0))
+
+    @consumer_work(work_attrs=WorkAttr.AUXILIARY, returns=(base_m, base_n, base_k))
+    @cute.jit
+    def unit_origin(self, stage_info: StageInfo) -> tuple:
+        """Stream-K: the tile and first K slice of this unit, worked out once per unit rather
+        than per K slice (the plan's arithmetic has integer divisions; on the H200 the two
+        measured the same, bench/stream_k round 2)."""
+        u, _, _ = stage_info.work_tile.tile_idx
+        tile, k_begin, _, _ = self.plan.segment(cutlass.Int32(u))
+        tile_m, tile_n = self.plan.tile_coords(tile)
+        # A dummy unit (k_begin == k_tiles) loads its tile's first K slices again rather
+        # than boxes wholly past K: it adds and stores nothing either way.
+        return (cutlass.Int32(tile_m), cutlass.Int32(tile_n),
+                cutlass.Int32(k_begin % self.plan.k_tiles))
+
+    @consumer_work(returns=(tile_m, tile_n, k_tile))
+    @cute.jit
+    def unit_coords(self, stage_info: StageInfo, *, base_m: cutlass.Int32,
+                    base_n: cutlass.Int32, base_k: cutlass.Int32,
+                    it: cutlass.Constexpr[int] = -1) -> tuple:
+        """Stream-K's :meth:`compute_coords`: the unit's K slice ``it`` (head copies) or the
+        loop's, from the unit's origin."""
+        k = stage_info.loop_offset if cutlass.const_expr(it < 0) else it
+        return base_m, base_n, base_k + cutlass.Int32(k)
 
     @consumer_work(returns=(tile_m, tile_n, k_tile))
     @cute.jit
@@ -664,6 +859,58 @@ class Accumulator(MemoryResource):
             for peer in cutlass.range_constexpr(1, cfg.split_k):
                 cute.arch.mbarrier_arrive(done, peer, scope=CLUSTER_SCOPE)
 
+    @consumer_work
+    @cute.jit
+    def fixup(self, stage_info: StageInfo) -> None:
+        """Stream-K: hand a piece's fp32 partial over, or add the other pieces into the tile.
+
+        A piece that does not start the tile (``k_begin > 0``) writes its partial to its
+        range's workspace slot (thread-major: value i of thread t at i*128 + t), syncs the
+        warpgroup and raises the slot's flag (release, GPU scope). A tile's first piece
+        takes, for each later range in order, the flag (acquire, GPU scope, spinning), lowers
+        it for the next launch, syncs the warpgroup and adds that partial: a fixed order, so
+        D is the same bits run after run. A data-parallel tile has no later ranges. Which
+        pieces exist and who waits for whom is :class:`StreamKPlan`'s; a CTA only waits for
+        lower-numbered CTAs, every one of which is resident (one persistent CTA per SM)."""
+        cfg = self.cfg
+        plan = cfg.sk_plan
+        u = cutlass.Int32(stage_info.work_tile.tile_idx[0])
+        _, k_begin, _, last = plan.segment(u)
+        r = plan.range_of(u)
+        tidx, _, _ = cute.arch.thread_idx()
+        t = tidx % 128
+        values = cute.size(self.acc)
+        slot_floats = values * 128
+        base = self.args.mW.iterator
+        flags = cute.recast_ptr(base + SM_COUNT * cfg.consumers * slot_floats,
+                                dtype=cutlass.Int32)
+        barrier = SK_BARRIER + self.wg
+        if (k_begin != 0) & (k_begin < plan.k_tiles):  # a later piece (a dummy has none)
+            dst = base + (r * cfg.consumers + self.wg) * slot_floats + t
+            for i in cutlass.range_constexpr(values):
+                (dst + i * 128).store(self.acc[i])
+            cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
+            if t == 0:
+                cute.arch.fence_acq_rel_gpu()
+                cute.arch.store(flags + (r * cfg.consumers + self.wg), cutlass.Int32(1),
+                                sem="release", scope="gpu")
+        elif k_begin == 0:  # the tile's first piece (or a whole tile)
+            for peer in cutlass.range(r + 1, last + 1):
+                flag = flags + (peer * cfg.consumers + self.wg)
+                if t == 0:
+                    seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
+                    while seen == 0:
+                        seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
+                    cute.arch.store(flag, cutlass.Int32(0))
+                cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
+                src = base + (peer * cfg.consumers + self.wg) * slot_floats + t
+                for i in cutlass.range_constexpr(values):
+                    # Plain loads, ordered after the flag by the acquire and the barrier, from
+                    # L2 (.cg: the partial was written on another SM), free to be in flight
+                    # together (bench/stream_k: round 2 read them with GPU-scope relaxed loads).
+                    self.acc[i] = self.acc[i] + cute.arch.load(src + i * 128, ACC_DTYPE,
+                                                               cop="cg")
+
     @producer_work(work_attrs=WorkAttr.AUXILIARY)
     @cute.jit
     def init_acc(self, stage_info: StageInfo) -> None:
@@ -746,16 +993,29 @@ class OutD(MemoryResource):
         thr = _thr_mma(self.args.tiled_mma, cfg, self.wg)
         tCcC = thr.partition_C(cute.make_identity_tensor((cfg.tile_m, cfg.tile_n)))
         m_idx, n_idx, _ = stage_info.work_tile.tile_idx
-        # The first row of this warpgroup's tile: the work tile's, or its own tile's.
-        m0 = (cutlass.Int32(m_idx) * cfg.chains + (self.wg if cfg.separate else 0)) * cfg.tile_m
-        n0 = cutlass.Int32(n_idx) * cfg.tile_n
-        if cutlass.const_expr(cfg.split_k > 1):
+        if cutlass.const_expr(cfg.stream_k):
+            # Stream-K: the unit's tile, stored by the CTA that holds its first piece.
+            tile, k_begin, _, _ = cfg.sk_plan.segment(cutlass.Int32(m_idx))
+            tm, tn = cfg.sk_plan.tile_coords(tile)
+            m0 = cutlass.Int32(tm) * cfg.tile_m
+            n0 = cutlass.Int32(tn) * cfg.tile_n
+            if k_begin == 0:
+                self._store_any(stage_info, frag, subtile, tCcC, m0, n0, tm, tn)
+        elif cutlass.const_expr(cfg.split_k > 1):
             # Split-K: the first CTA of the cluster holds the sum; the others store nothing.
+            m0, n0 = self._origin(m_idx, n_idx)
             _, _, split = stage_info.work_tile.tile_idx
             if cutlass.Int32(split) == 0:
                 self._store_any(stage_info, frag, subtile, tCcC, m0, n0, m_idx, n_idx)
         else:
+            m0, n0 = self._origin(m_idx, n_idx)
             self._store_any(stage_info, frag, subtile, tCcC, m0, n0, m_idx, n_idx)
+
+    def _origin(self, m_idx: Any, n_idx: Any) -> tuple[Any, Any]:
+        """The first row and column of this warpgroup's tile: the work tile's, or its own."""
+        cfg = self.cfg
+        m0 = (cutlass.Int32(m_idx) * cfg.chains + (self.wg if cfg.separate else 0)) * cfg.tile_m
+        return m0, cutlass.Int32(n_idx) * cfg.tile_n
 
     @cute.jit
     def _store_any(self, stage_info: StageInfo, frag: Any, subtile: cutlass.Constexpr[int],
@@ -884,13 +1144,28 @@ def _smem_tensor_at(address: Any, layout: Any, cfg: Any) -> Any:
     return cute.make_tensor(cute.recast_ptr(ptr, layout.inner), layout.outer)
 
 
+class StreamKTask(Task):
+    """A task whose K domain is its unit's (``StreamKPlan.segment``): the schedules' domain
+    loops end at :meth:`get_domain` in the kernel (the host verifier gives concrete ones: the
+    space's usual domain and the shortest run, a dummy unit's ``StreamKPlan.granule``)."""
+
+    def __init__(self, plan: StreamKPlan, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sk_plan = plan
+
+    def get_domain(self, tile_coord: Any) -> Any:
+        _, _, k_len, _ = self.sk_plan.segment(cutlass.Int32(tile_coord[0]))
+        return k_len
+
+
 ########################################################################################
 # Schedules: each task's placed ops, head / domain loop / tail
 ########################################################################################
 
 ScheduleBody = Callable[[dict[str, Any], int], None]
 """A task's schedule body: called inside its ``@schedule`` with the resource proxies by name
-(load: ``coords``, ``smem``; mma: ``smem``, ``acc``) and the domain's length (K slices)."""
+(load: ``coords``, ``smem``, and with stream-K ``origin``, the unit's origin tokens; mma:
+``smem``, ``acc``) and the domain's length (K slices)."""
 
 PIPELINE_OPS = ("try_acquire", "acquire", "commit", "try_wait", "wait", "release")
 
@@ -906,7 +1181,12 @@ def emit_ops(ops: Sequence[tuple[str, Section]], section: Section, res: dict[str
         if op == "coords":
             it = copies if section == "head" else -1
             copies += 1
-            tokens["coords"] = res["coords"].compute_coords(it=it)
+            if "origin" in res:  # stream-K: K slices of the unit's own tile and run
+                base_m, base_n, base_k = res["origin"]
+                tokens["coords"] = res["coords"].unit_coords(
+                    base_m=base_m, base_n=base_n, base_k=base_k, it=it)
+            else:
+                tokens["coords"] = res["coords"].compute_coords(it=it)
         elif op == "tma_load":
             tile_m, tile_n, k_tile = tokens["coords"]
             res["smem"].tma_load(tile_m=tile_m, tile_n=tile_n, k_tile=k_tile)
@@ -955,7 +1235,10 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None,
     the load and mma schedule bodies (default: rendered from the placed ops of
     ``cfg`` by :func:`placed_body`).
     """
-    k_tiles = cfg.split_tiles if domain is None else domain
+    k_tiles: Any = cfg.split_tiles if domain is None else domain
+    plan = cfg.sk_plan
+    if plan is not None and args is not None:
+        k_tiles = StreamKTask.get_domain  # each unit's own run of K slices
 
     # -- resources ---------------------------------------------------------------------
     pipeline_cfg = PipelineConfig.create_tma_async_pipeline_cfg(
@@ -976,7 +1259,7 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None,
     # on their own tiles each has its own chain, suffixed by its index.
     suffix = [str(c) if cfg.separate else "" for c in range(cfg.chains)]
     split_tiles = cfg.split_tiles if cfg.split_k > 1 else 0
-    coords = [TileCoords(c, cfg.chains, split_tiles, name=f"TileCoords{suffix[c]}")
+    coords = [TileCoords(c, cfg.chains, split_tiles, plan, name=f"TileCoords{suffix[c]}")
               for c in range(cfg.chains)]
     smems = [SmemAB(cfg, args, c, name=f"SmemAB{suffix[c]}", pipeline_config=pipeline_cfg)
              for c in range(cfg.chains)]
@@ -985,12 +1268,10 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None,
     outs = [OutD(cfg, args, i, name=f"OutD{i}") for i in range(cfg.consumers)]
     wq = None
     if cfg.persistent:
-        wq = WorkQueue(
-            tile_scheduler_config=TileSchedulerConfig.create_static_persistent_tile_scheduler_params(
-                tile_scheduler_params=None if args is None else args.tile_sched_params
-            ),
-            name="WorkQueue",
+        scheduler = TileSchedulerConfig.create_static_persistent_tile_scheduler_params(
+            tile_scheduler_params=None if args is None else args.tile_sched_params
         )
+        wq = WorkQueue(tile_scheduler_config=scheduler, name="WorkQueue")
     allocator = SmemAllocator()
     for resource in [*smems, *outs, *accs]:
         if resource.get_smem_requirements():
@@ -1023,7 +1304,10 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None,
         wq = queue[0] if queue else None
         smem_ab.init_load()
         with tiles(wq):
-            bodies["load"]({"coords": coords, "smem": smem_ab}, k_tiles)
+            res = {"coords": coords, "smem": smem_ab}
+            if plan is not None:
+                res["origin"] = coords.unit_origin()
+            bodies["load"](res, k_tiles)
             next_tile(wq)
 
     @schedule
@@ -1035,6 +1319,8 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None,
             bodies["mma"]({"smem": smem_ab, "acc": acc}, k_tiles)
             if cfg.split_k > 1:
                 acc.reduce_split()
+            if plan is not None:
+                acc.fixup()
             for subtile in range(cfg.epi_subtiles):  # trace-time unrolled epilogue
                 out.store(frag=acc.read_acc(subtile=subtile), subtile=subtile)
             next_tile(wq)
@@ -1048,27 +1334,30 @@ def make_task_manager(cfg: GemmConfig, args: KernelArgs | None,
             next_tile(wq)
 
     # -- tasks -------------------------------------------------------------------------
+    def make_task(**kwargs: Any) -> Task:
+        return Task(**kwargs) if plan is None else StreamKTask(plan, **kwargs)
+
     tasks = [
-        Task(name=f"LoadTask{suffix[c]}", src_resources=[coords[c], *queue],
-             dst_resources=[smems[c]], warp_idx=cfg.producer_warps[c], num_warps=1,
-             schedule=load_schedule(coords[c], smems[c], *queue),
-             num_registers=cfg.producer_regs)
+        make_task(name=f"LoadTask{suffix[c]}", src_resources=[coords[c], *queue],
+                  dst_resources=[smems[c]], warp_idx=cfg.producer_warps[c], num_warps=1,
+                  schedule=load_schedule(coords[c], smems[c], *queue),
+                  num_registers=cfg.producer_regs)
         for c in range(cfg.chains)
     ]
     # Register budgets are per warpgroup: the rest of the producer's warpgroup
     # idles with the producer's budget.
     for i, (first, warps) in enumerate(cfg.padding()):
         tasks.append(
-            Task(name=f"PaddingTask{i}", src_resources=[*queue], dst_resources=[],
-                 warp_idx=first, num_warps=warps, schedule=padding_schedule(*queue),
-                 num_registers=cfg.producer_regs)
+            make_task(name=f"PaddingTask{i}", src_resources=[*queue], dst_resources=[],
+                      warp_idx=first, num_warps=warps, schedule=padding_schedule(*queue),
+                      num_registers=cfg.producer_regs)
         )
     for i, (acc, out, feed) in enumerate(zip(accs, outs, feeds, strict=True)):
         tasks.append(
-            Task(name=f"MathWG{i}", src_resources=[feed, acc, *queue],
-                 dst_resources=[acc, out], warp_idx=cfg.consumer_warps[i], num_warps=WARPGROUP,
-                 schedule=mma_schedule(feed, acc, out, *queue),
-                 num_registers=cfg.consumer_regs)
+            make_task(name=f"MathWG{i}", src_resources=[feed, acc, *queue],
+                      dst_resources=[acc, out], warp_idx=cfg.consumer_warps[i],
+                      num_warps=WARPGROUP, schedule=mma_schedule(feed, acc, out, *queue),
+                      num_registers=cfg.consumer_regs)
         )
 
     # -- TaskManager: runs every TS check and the exhaustive deadlock/race BFS ----------
@@ -1104,13 +1393,13 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
                     mB: cute.Tensor, mD: cute.Tensor, tiled_mma: cute.TiledMma,
                     a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
                     cta_layout_mnk: cute.Layout, tile_sched_params: Any, tma_atom_d: Any,
-                    mD_tma: Any, epi_layout: Any) -> None:
+                    mD_tma: Any, epi_layout: Any, mW: Any) -> None:
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == cfg.producer_warp:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
         args = KernelArgs(tma_atom_a, mA, tma_atom_b, mB, mD, tiled_mma, a_layout, b_layout,
-                          cta_layout_mnk, tile_sched_params, tma_atom_d, mD_tma, epi_layout)
+                          cta_layout_mnk, tile_sched_params, tma_atom_d, mD_tma, epi_layout, mW)
         # The K domain as a DSL value, not a Python int: TS's trace-time schedule simulation
         # walks an int domain slice by slice, so build time and memory grew with K (225 s and
         # 0.46 GiB at K = 4,194,304; bench/build_memory). Given a DSL value it simulates a few
@@ -1133,11 +1422,10 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
             cute.arch.sync_threads()
         task_manager.run()
 
-    @cute.jit
-    def gemm_host(a: cute.Tensor, b: cute.Tensor, d: cute.Tensor,
-                  stream: cuda_driver.CUstream) -> None:
+    def launch(a: Any, b: Any, d: Any, w: Any, stream: Any) -> None:
+        """The host side of one launch (traced inside the ``@cute.jit`` entry points below)."""
         io = IO_DTYPES[cfg.dtype]
-        if cutlass.const_expr(cfg.swap_ab):
+        if cfg.swap_ab:
             # Dᵀ = B·Aᵀ: B is the kernel's A operand, and the row-major M x N D is the
             # kernel's N x M D with strides (1, N), so the epilogue writes it transposed.
             a, b = b, a
@@ -1162,7 +1450,12 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
         cta_layout_mnk = cute.make_layout((cfg.cluster_m, cfg.cluster_n, 1))
         tile_sched_params = None
         grid = cfg.grid
-        if cutlass.const_expr(cfg.persistent):
+        if cfg.stream_k:
+            # The scheduler walks the plan's units as a 1-D problem: CTA c gets c, c + P, ...
+            tile_sched_params = utils.PersistentTileSchedulerParams(
+                (cfg.sk_plan.units, 1, 1), (1, 1, 1), swizzle_size=1, raster_along_m=True)
+            grid = utils.StaticPersistentTileScheduler.get_grid_shape(tile_sched_params, SM_COUNT)
+        elif cfg.persistent:
             tile_sched_params = utils.PersistentTileSchedulerParams(
                 (cfg.tiles_m, cfg.tiles_n, 1), (cfg.cluster_m, cfg.cluster_n, 1),
                 swizzle_size=cfg.swizzle, raster_along_m=cfg.raster == "m",
@@ -1170,7 +1463,7 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
             grid = utils.StaticPersistentTileScheduler.get_grid_shape(
                 tile_sched_params, SM_COUNT // cfg.cluster_size)
         tma_atom_d, mD_tma, epi_layout = None, None, None
-        if cutlass.const_expr(cfg.epilogue == "tma_store"):
+        if cfg.epilogue == "tma_store":
             # One 64 x epi_cols box of D per m64 repeat of a warpgroup's subtile.
             epi_layout = sm90_utils.make_smem_layout_epi(
                 io, LayoutEnum.from_tensor(d), (64, cfg.epi_cols), cfg.m_repeats)
@@ -1179,11 +1472,23 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
                 cute.slice_(epi_layout, (None, None, 0)), (64, cfg.epi_cols))
         gemm_kernel(
             tma_atom_a, mA, tma_atom_b, mB, d, tiled_mma, a_layout, b_layout, cta_layout_mnk,
-            tile_sched_params, tma_atom_d, mD_tma, epi_layout,
+            tile_sched_params, tma_atom_d, mD_tma, epi_layout, w,
         ).launch(grid=grid, block=[cfg.threads, 1, 1], cluster=(cfg.cluster_m, cfg.cluster_n, cfg.split_k),
                  stream=stream)
 
-    return gemm_host
+    @cute.jit
+    def gemm_host(a: cute.Tensor, b: cute.Tensor, d: cute.Tensor,
+                  stream: cuda_driver.CUstream) -> None:
+        launch(a, b, d, None, stream)
+
+    @cute.jit
+    def gemm_host_workspace(a: cute.Tensor, b: cute.Tensor, d: cute.Tensor, w: cute.Tensor,
+                            stream: cuda_driver.CUstream) -> None:
+        """Stream-K: ``w`` is the workspace (:attr:`GemmConfig.workspace_bytes`, zeroed before
+        the first launch; every launch leaves it zeroed)."""
+        launch(a, b, d, w, stream)
+
+    return gemm_host_workspace if cfg.workspace_bytes else gemm_host
 
 
 @cute.jit
@@ -1219,4 +1524,7 @@ def compile_args(cfg: GemmConfig) -> tuple:
     a = make_fake_compact_tensor(io, (m, cfg.k), stride_order=(1, 0), assumed_align=16)
     b = make_fake_compact_tensor(io, (n, cfg.k), stride_order=(1, 0), assumed_align=16)
     d = make_fake_compact_tensor(io, (m, n), stride_order=(1, 0), assumed_align=16)
-    return a, b, d, make_fake_stream()
+    if not cfg.workspace_bytes:
+        return a, b, d, make_fake_stream()
+    w = make_fake_compact_tensor(ACC_DTYPE, (cfg.workspace_bytes // 4,), assumed_align=16)
+    return a, b, d, w, make_fake_stream()

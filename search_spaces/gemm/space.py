@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -149,6 +149,25 @@ class HopperGemmSpace(SearchSpace):
         out += [Knob(n, "structural", c, KNOB_DOCS[n]) for n, c in STRUCTURE_CHOICES.items()]
         out += [Knob(n, "numeric", c, KNOB_DOCS[n]) for n, c in NUMERIC_CHOICES.items()]
         return tuple(out)
+
+    # What a structure needs of the other knobs (tsopt.stream_k and tsopt.split_k say why).
+    COUPLINGS: ClassVar[tuple[tuple[str, Any, dict[str, Any]], ...]] = (
+        ("stream_k", True, {"persistent": True, "cluster": "1x1", "swizzle": 1, "split_k": 1,
+                            "arrangement": "cooperative"}),
+        ("split_k", (2, 3, 4), {"persistent": False, "cluster": "1x1", "stream_k": False,
+                                "raster": "m", "swizzle": 1}),
+    )
+
+    def coupled(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Stream-K runs on the persistent tile loop with a 1x1 cluster, no swizzle and no
+        split-K; split-K on one tile per CTA with a 1x1 cluster: a one-knob move to either
+        from a clustered or (not) persistent incumbent is never legal by itself."""
+        out = dict(params)
+        for knob, values, needs in self.COUPLINGS:
+            chosen = out.get(knob)
+            if chosen is values or (isinstance(values, tuple) and chosen in values):
+                out.update({k: v for k, v in needs.items() if k in out})
+        return out
 
     def params_of(self, genome: Genome) -> dict[str, Any]:
         """The sampler's parameters for ``genome`` (inverse of :meth:`suggest`)."""
@@ -370,7 +389,15 @@ class HopperGemmSpace(SearchSpace):
         ts_genes = {name: gene(genome, name) for name in TS_KEY_GENES}
         if cfg.split_k > 1:  # its domain and SMEM; absent at 1, so older keys stay the same
             ts_genes["split_k"] = cfg.split_k
+        if cfg.stream_k:  # the unit's origin and fix-up ops in its skeleton; absent when off
+            ts_genes["stream_k"] = True
         return repr((cfg.load_ops, cfg.mma_ops, sorted(ts_genes.items())))
+
+    def extra_verify_domains(self, genome: Genome, problem: Problem) -> tuple[int, ...]:
+        """Stream-K: the shortest run a unit makes, a dummy unit's ``StreamKPlan.granule`` K
+        slices (a piece has at least as many)."""
+        cfg = self.config(genome, problem)
+        return (cfg.sk_plan.granule,) if cfg.sk_plan is not None else ()
 
     def is_deterministic(self, genome: Genome) -> bool:
         """Whether the kernel gives bit-identical D for identical inputs, run after run.
@@ -391,6 +418,8 @@ class HopperGemmSpace(SearchSpace):
         cfg = self.config(genome, problem)
         unseen = ("tile_m", "tile_k", "producer_regs", "consumer_regs")
         genes = {name: gene(genome, name) for name in TS_KEY_GENES if name not in unseen}
+        if cfg.stream_k:  # the unit's origin and fix-up ops the checker walks
+            genes["stream_k"] = True
         return repr((cfg.load_ops, cfg.mma_ops, sorted(genes.items())))
 
     # -- reports ---------------------------------------------------------------------
@@ -440,5 +469,7 @@ class HopperGemmSpace(SearchSpace):
             ),
             launch={"grid": list(cfg.grid), "block": [cfg.threads, 1, 1],
                     "cluster": [cfg.cluster_m, cfg.cluster_n, cfg.split_k],
-                    "smem_bytes": cfg.smem_bytes},
+                    "smem_bytes": cfg.smem_bytes,
+                    **({"workspace_bytes": cfg.workspace_bytes} if cfg.workspace_bytes else {})},
+            workspace_bytes=cfg.workspace_bytes,
         )

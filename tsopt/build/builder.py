@@ -148,11 +148,19 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _WRAPPER = re.compile(r"static inline int32_t (cute_dsl_(\w+)_wrapper)\(([^)]*)\)")
 
 
-def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...]) -> str:
+MAX_DEVICES = 64
+"""Devices a kernel with a workspace keeps one for (the shim's static table)."""
+
+
+def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...],
+               workspace_bytes: int = 0) -> str:
     """C source exposing ``tsopt_load``/``tsopt_launch`` over the exported wrapper.
 
     The wrapper's parameter list is read from the header (a tensor struct per
-    tensor argument, then the stream) and checked against the spec's tensors.
+    tensor argument, then the workspace if any, then the stream) and checked against the
+    spec's tensors. A kernel with a workspace gets one per device, allocated and zeroed by
+    ``tsopt_load`` (before any CUDA graph is captured) and passed by ``tsopt_launch`` for
+    the current device, so callers pass only ``tensors``.
     """
     text = header.read_text()
     match = next((m for m in _WRAPPER.finditer(text) if m.group(2) == prefix), None)
@@ -160,14 +168,30 @@ def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...]) -> st
         raise ToolchainError(f"{header}: no cute_dsl_{prefix}_wrapper in the exported header")
     params = [p.strip() for p in match.group(3).split(",")]
     struct_types = [p.split()[0] for p in params if p.startswith(f"{prefix}_Tensor_")]
-    if len(struct_types) != len(tensors) or params[-1].split()[0] != "cudaStream_t":
+    expected = len(tensors) + (1 if workspace_bytes else 0)
+    if len(struct_types) != expected or params[-1].split()[0] != "cudaStream_t":
         raise ToolchainError(
-            f"{header}: wrapper takes ({match.group(3)}), expected {len(tensors)} tensors and a stream"
+            f"{header}: wrapper takes ({match.group(3)}), expected {len(tensors)} tensors"
+            + (" and a workspace" if workspace_bytes else "") + " and a stream"
         )
+    workspace_load = [
+        f"    if (devices > {MAX_DEVICES}) return (int)cudaErrorInvalidDevice;",
+        "    int current = 0;",
+        "    cudaGetDevice(&current);",
+        "    for (int d = 0; d < devices; ++d) {",
+        "      if (cudaSetDevice(d) != cudaSuccess) continue;",
+        f"      err = cudaMalloc(&tsopt_workspace[d], {workspace_bytes}ull);",
+        f"      if (err == cudaSuccess) err = cudaMemset(tsopt_workspace[d], 0, {workspace_bytes}ull);",
+        "      if (err == cudaSuccess) err = cudaDeviceSynchronize();",
+        "      if (err != cudaSuccess) { cudaSetDevice(current); return (int)err; }",
+        "    }",
+        "    cudaSetDevice(current);",
+    ] if workspace_bytes else []
     lines = [
         '#include "kernel.h"',
         f"static {prefix}_Kernel_Module_t tsopt_module;",
         "static int tsopt_loaded = 0;",
+        *([f"static void *tsopt_workspace[{MAX_DEVICES}];"] if workspace_bytes else []),
         "",
         "int tsopt_load(void) {",
         "  if (!tsopt_loaded) {",
@@ -180,6 +204,7 @@ def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...]) -> st
         f"    {prefix}_Kernel_Module_Load(&tsopt_module);",
         "    cudaError_t err = cudaGetLastError();",
         "    if (err != cudaSuccess) return (int)err;",
+        *workspace_load,
         "    tsopt_loaded = 1;",
         "  }",
         "  return 0;",
@@ -189,9 +214,18 @@ def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...]) -> st
         f"  if (n != {len(tensors)} || !tsopt_loaded) return -1;",
     ]
     args = []
-    for i, struct_type in enumerate(struct_types):
+    for i, struct_type in enumerate(struct_types[: len(tensors)]):
         lines.append(f"  {struct_type} t{i} = {{data[{i}]}};")
         args.append(f"&t{i}")
+    if workspace_bytes:
+        lines += [
+            "  int device = 0;",
+            "  cudaGetDevice(&device);",
+            f"  if (device < 0 || device >= {MAX_DEVICES} || !tsopt_workspace[device]) "
+            "return (int)cudaErrorInvalidDevice;",
+            f"  {struct_types[-1]} workspace = {{tsopt_workspace[device]}};",
+        ]
+        args.append("&workspace")
     lines += [
         f"  int rc = {match.group(1)}(&tsopt_module, {', '.join(args)}, (cudaStream_t)stream);",
         "  if (rc != 0) return rc;",
@@ -345,7 +379,8 @@ def build_candidate(
         export_s = time.perf_counter() - start
 
         tensors = tuple(TensorDesc(t.name, t.role, t.shape, t.dtype) for t in spec.tensors)
-        (staging / "shim.c").write_text(write_shim(staging / "kernel.h", prefix, tensors))
+        (staging / "shim.c").write_text(
+            write_shim(staging / "kernel.h", prefix, tensors, spec.workspace_bytes))
         link_s = link(staging, toolchain)
 
         resources: dict[str, int] = {}

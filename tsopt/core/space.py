@@ -205,7 +205,7 @@ class KernelSpec:
     """Everything the builder needs to compile one genome for one problem.
 
     ``host_fn`` is a ``@cute.jit`` function taking the tensors of ``tensors``
-    in order and then a ``cuda.bindings.driver.CUstream``; ``compile_args``
+    in order (then the workspace, if any) and then a ``cuda.bindings.driver.CUstream``; ``compile_args``
     are the fake arguments for ``cute.compile`` in the same order (fake
     tensors and a fake stream). ``launch`` records grid/block/cluster for the
     artifact manifest. ``source`` optionally carries the template's source
@@ -216,6 +216,10 @@ class KernelSpec:
     compile_args: tuple[Any, ...]
     tensors: tuple[TensorArg, ...]
     launch: dict[str, Any] = field(default_factory=dict)
+    workspace_bytes: int = 0
+    """Device memory the kernel keeps between launches, passed after ``tensors`` (before the
+    stream) to ``host_fn``: the built library allocates it per device, zeroed, when it is
+    loaded, so callers see only ``tensors``. The kernel must leave it zeroed at exit."""
 
 
 @dataclass
@@ -416,6 +420,13 @@ class SearchSpace(ABC):
         proposals go to the verifier as the sampler made them."""
         return None
 
+    def coupled(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` with the values that a chosen knob value requires of other knobs (a
+        structure that runs only with a given cluster or tile loop, say), for a search that
+        moves one knob at a time: moving that knob alone would only ever leave the legal set.
+        Only knobs ``params`` names are set. Default: ``params`` as they are."""
+        return dict(params)
+
     def params_of(self, genome: Genome) -> dict[str, Any]:
         """The Optuna parameters :meth:`suggest` would need to return ``genome`` (to enqueue a
         known schedule, e.g. the seed, as a trial). Default: knob names are gene names."""
@@ -492,6 +503,13 @@ class SearchSpace(ABC):
         stages = genome.get("stages", 1)
         assert isinstance(stages, int)
         return max(4, stages + 2)
+
+    def extra_verify_domains(self, genome: Genome, problem: Problem) -> tuple[int, ...]:
+        """Further K domains TS must accept the schedule at, besides :meth:`verify_domain`:
+        where the kernel's domain varies per work tile (a stream-K piece), its shortest run.
+        Each is judged by TS in full (its own memo entries). Default: none."""
+        del genome, problem
+        return ()
 
     @abstractmethod
     def verdict_key(self, genome: Genome, problem: Problem) -> str:

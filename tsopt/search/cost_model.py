@@ -47,12 +47,16 @@ REGISTERS_PER_SM = 65_536
 LAUNCH_S = 3.0e-6
 SPLIT_SYNC_S = 1.0e-6
 """A split-K tile's cluster handshake before its partials are summed."""
+STREAM_K_UNIT_S = 5.0e-6
+"""What each stream-K unit of a CTA costs beyond its K slices, as measured on the H200
+(bench/stream_k: 128x8192x8192, 1024^3, 3000x2008x1000 ran 5-13 us slower with two or three
+units a CTA than their data-parallel twins, where the decomposition itself predicts no loss)."""
 DSMEM_BYTES_PER_S = 2.0e11
 """One SM's rate of reading a peer's SMEM (distributed shared memory)."""
 MIN_FIT = 8
 ANALYTICAL_GENES = ("tile_m", "tile_n", "tile_k", "stages", "consumers", "arrangement",
                     "cluster", "persistent", "epilogue", "split_k", "swap_ab", "producer_regs",
-                    "consumer_regs", "raster", "swizzle")
+                    "consumer_regs", "raster", "swizzle", "stream_k")
 """The genes :func:`gemm_estimate` reads: the knobs whose moves the model can rank."""
 """Measured candidates before the learned part is used."""
 
@@ -154,7 +158,17 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
     epilogue *= 1.0 if tma_store else (4.0 if genes.get("swap_ab") is True else 1.6)
     fill = LOAD_LATENCY_S
     rounds = math.ceil(waves)
-    if persistent:
+    if persistent and genes.get("stream_k") is True and tiles % SM_COUNT:
+        # Stream-K: the last partial wave and one full wave before it are shared evenly
+        # by one CTA per SM, at the price of a piece's pipeline fill and a partial tile
+        # handed over through L2 (written once, read once) per CTA.
+        dp_rounds = max(0, tiles // SM_COUNT - 1)
+        share = (tiles - dp_rounds * SM_COUNT) * k_steps / SM_COUNT
+        handover = 2 * cta_m * cta_n * 4 * busy / L2_BYTES_PER_S
+        units = math.ceil(share / k_steps) + 1  # the tiles a CTA's run touches
+        total = ((dp_rounds * k_steps + share) * step + (dp_rounds + 2) * 0.5 * epilogue
+                 + 2 * fill + handover + units * STREAM_K_UNIT_S + LAUNCH_S)
+    elif persistent:
         # The next tile's loads overlap this tile's epilogue: fill once per SM.
         total = rounds * (k_steps * step + 0.5 * epilogue) + fill + LAUNCH_S
     else:

@@ -284,10 +284,12 @@ class _PlanTrial:
 
 
 def space_completer(space: SearchSpace, problem: Problem, view: Any) -> Completer:
-    """A plan completed by ``space.suggest``: the knobs it asks, conditional ones decided."""
+    """A plan completed by ``space.suggest``: the knobs it asks, conditional ones decided,
+    after the space's couplings (``SearchSpace.coupled``: a move to a structure that needs
+    other knob values takes them along)."""
 
     def complete(params: Mapping[str, Any], rng: random.Random) -> Params:
-        trial = _PlanTrial(params, rng, view)
+        trial = _PlanTrial(space.coupled(params), rng, view)
         space.suggest(trial, problem)
         return trial.values
 

@@ -642,12 +642,17 @@ def _judge(genome: Genome, problem: Problem, domain: int | None, space: SearchSp
     if n > MAX_VERIFY_DOMAIN:
         raise UserInputError(f"--domain {n}: at most {MAX_VERIFY_DOMAIN} iterations (the check "
                              "grows with the domain; stages + 2 suffice)")
-    key = f"{space.verdict_key(genome, problem)}|domain={n}{_bound_suffix()}"
-    outcome = cache.get(space.name, key)
-    cached = outcome is not None
-    if outcome is None:
-        outcome = run_ts_checks(space, genome, problem, n, memo=cache)
-        cache.put(space.name, key, outcome)
+    outcome, cached = _ts_gate(space, genome, problem, n, cache)
+    if outcome.valid:
+        # A per-work-tile domain: its shortest run must pass TS too (no domain twice).
+        for extra in sorted(set(space.extra_verify_domains(genome, problem)) - {n}):
+            more, _ = _ts_gate(space, genome, problem, extra, cache)
+            if not more.valid:
+                outcome = replace(more, message=f"{more.message} (at a K domain of {extra}, "
+                                                f"the kernel's shortest work-tile run)")
+                break
+            if more.bounded is not None and outcome.bounded is None:
+                outcome = replace(outcome, bounded=more.bounded)
     if not outcome.valid:
         assert outcome.rule is not None and outcome.message is not None
         return Verdict(
@@ -673,6 +678,18 @@ def _judge(genome: Genome, problem: Problem, domain: int | None, space: SearchSp
         return Verdict(genome.hash, False, "tsopt", first.rule, message, seconds, n, cached)
     note = None if outcome.bounded is None else BOUNDED_NOTE.format(bound=outcome.bounded)
     return Verdict(genome.hash, True, "ok", None, note, seconds, n, cached)
+
+
+def _ts_gate(space: SearchSpace, genome: Genome, problem: Problem, n: int,
+             cache: VerdictCache) -> tuple[_TsOutcome, bool]:
+    """TS's outcome for ``genome`` at a domain of ``n`` (memoised), and whether it was known."""
+    key = f"{space.verdict_key(genome, problem)}|domain={n}{_bound_suffix()}"
+    outcome = cache.get(space.name, key)
+    if outcome is not None:
+        return outcome, True
+    outcome = run_ts_checks(space, genome, problem, n, memo=cache)
+    cache.put(space.name, key, outcome)
+    return outcome, False
 
 
 _VERSIONS: dict[type, str] = {}
