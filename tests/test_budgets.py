@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -19,6 +20,7 @@ from tsopt.app.tune_command import DEFAULT_TRIALS, resolve_trials
 from tsopt.core.errors import UserInputError
 from tsopt.db.store import Store
 from tsopt.search.driver import Driver
+from tsopt.search.pools.protocol import MeasureQueue
 
 
 def run(req, pool=None) -> tuple[int, str]:  # type: ignore[no-untyped-def]
@@ -120,3 +122,74 @@ def test_time_budget_cuts_the_queue_and_a_resume_takes_it_up(tmp_path: Path) -> 
     assert set(resumed.measured) - measured_before, "the resume measured nothing new"
     assert not [t for t in optuna.load_study(study_name="cut", storage=url).get_trials()
                 if t.state == optuna.trial.TrialState.RUNNING]
+
+
+class QueuedSlowGpuPool(MeasureQueue):
+    """SYNTHETIC: SyntheticMeasurePool's made-up measurements behind the real measuring
+    queue (``MeasureQueue``, as the inline and Ray pools use it), on a GPU slower than the
+    builds, recording what was queued each time it took one."""
+
+    name = "synthetic"
+    slots = 1
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.inner = SyntheticMeasurePool()
+        self.takes: list[tuple[Any, list[Any]]] = []
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def poll(self, timeout: float):  # type: ignore[no-untyped-def]
+        import time
+
+        waiting = [tag for tag, _ in self._queue]
+        item = self._next_for(0)
+        if item is None:
+            return []
+        time.sleep(self.seconds)
+        self.takes.append((item[0], waiting))
+        self.inner.queue.append(item)
+        return self.inner.poll(timeout)
+
+    def close(self) -> list[str]:
+        return []
+
+
+def test_what_waits_for_the_gpu_is_measured_in_the_sampler_s_predicted_order(tmp_path: Path) -> None:
+    """A GPU slower than the builds (an 8192^3 GEMM study, bench/tune_gpu rounds 6-7) gets a
+    queue; a sampler that predicts (evolve's cost model) has it measured best first."""
+    import optuna
+
+    from tests.test_driver import NARROW
+    from tsopt.search.driver import Job
+
+    class StagesFirst(optuna.samplers.RandomSampler):
+        """Random proposals, and a SYNTHETIC prediction: more stages, faster."""
+
+        def predicted(self, params: dict[str, Any]) -> float | None:
+            return -float(params["stages"]) if "stages" in params else None
+
+    url = f"sqlite:///{tmp_path / 'tsopt.db'}"
+    pool = QueuedSlowGpuPool(seconds=0.6)
+    knobs = ("stages=1,2,4,8", "box_rows=8,16,32", "box_cols=256", "chunk=1", "vector=8",
+             "raster=row")
+    req = request(tmp_path, url, study="ranked", trials=10, knobs=(*NARROW, *knobs),
+                  pool="processes", workers=2)
+    console = Console(file=io.StringIO(), width=300)
+    assert Driver(req, console, measure_pool=pool, sampler=StagesFirst(seed=3)).run() == 0
+
+    def stages(tag: Any) -> int:
+        return int(tag.genome["stages"])
+
+    chose = 0
+    for taken, waiting in pool.takes:
+        trials = [t for t in waiting if isinstance(t, Job) and t.trial is not None]
+        if not isinstance(taken, Job) or taken.trial is None:  # unranked: the first of those
+            assert all(isinstance(t, Job) and t.trial is not None
+                       for t in waiting[:waiting.index(taken)])
+            continue
+        assert stages(taken) == max(stages(t) for t in trials), (taken, waiting)
+        chose += stages(taken) != stages(trials[0])  # not the first come
+    assert chose >= 1, "the queue never held a choice: the test shows nothing"

@@ -238,11 +238,30 @@ def test_every_neighbour_of_the_incumbent_along_the_model_s_knobs_is_ranked() ->
 
 
 @pytest.mark.slow
+class _PrefersModel:
+    """A stand-in cost model: a schedule with ``knob`` at ``value`` is faster by ``gain``
+    (log), and it reads ``knob`` only."""
+
+    learned = False
+
+    def __init__(self, knob: str, value: Any, gain: float = 1.0) -> None:
+        self.reads, self.knob, self.value, self.gain = (knob,), knob, value, gain
+
+    def fit(self, genes: Any, values: Any) -> _PrefersModel:
+        return self
+
+    def predict(self, genes: Any) -> Any:
+        import numpy as np
+
+        return np.array([-self.gain if repr(g.get(self.knob)) == repr(self.value) else 0.0
+                         for g in genes])
+
+
 def test_a_move_to_stream_k_takes_along_the_knobs_it_needs(gemm_space) -> None:  # type: ignore[no-untyped-def]
     # Round 4 on the H200 (bench/tune_gpu): the 8192^3 study never proposed stream-K (1.05x
     # cuBLAS by hand) from its 1x2-clustered, swizzled incumbents: stream_k alone is never in
-    # the legal set there. Coupled (SearchSpace.coupled), the move is legal, and the cost
-    # model ranks it first among the incumbent's neighbours.
+    # the legal set there. Coupled (SearchSpace.coupled), the move is legal, and a model that
+    # ranks stream-K first gets it proposed as the coupled schedule.
     import json
 
     from tsopt.core.genome import Genome
@@ -264,7 +283,93 @@ def test_a_move_to_stream_k_takes_along_the_knobs_it_needs(gemm_space) -> None: 
     assert legal(coupled)
     choices = {k.name: tuple(k.choices) for k in gemm_space.knobs(problem)}
     evolution = Evolution(choices, 0, sizes=problem.sizes, explore=0.0,
-                          complete=space_completer(gemm_space, problem, None), legal=legal)
+                          model=_PrefersModel("stream_k", True),  # type: ignore[arg-type]
+                          complete=space_completer(gemm_space, problem, None), legal=legal,
+                          couple=gemm_space.coupled)
     proposal = evolution.propose([Observation(params, 1.0 / 1.03)])
     assert proposal["stream_k"] is True and proposal["cluster"] == "1x1", proposal
-    assert evolution.last["how"] == "neighbour"
+    assert legal(proposal)
+
+
+def test_a_moved_knob_switches_off_the_structure_it_contradicts(gemm_space) -> None:  # type: ignore[no-untyped-def]
+    # Rounds 4-5 at 64x4096x4096: the studies sat in split-K 2 (1x1 cluster by coupling); the
+    # schedule at parity is unsplit in a 1x2 cluster. Moving the cluster from a split-K
+    # incumbent used to be undone by the coupling (split-K takes a 1x1 cluster along), so
+    # that move was never made; the moved knob now keeps its value and split-K is left.
+    import json
+
+    from tsopt.core.genome import Genome
+    from tsopt.core.problem import Problem
+    from tsopt.search.evolve import declared_legal, space_completer
+    from tsopt.verify.verifier import predicting_judge
+
+    problem = Problem.of("gemm", "bf16", m=64, n=4096, k=4096)
+    recorded = json.loads((ROOT / "tests" / "data" / "gemm_64x4096x4096_split_k_basin.json")
+                          .read_text())
+    basin = Genome.from_dict(recorded["genome"])
+    assert basin.short_hash == "cf4d7ace2b84"
+    params = gemm_space.params_of(basin)
+    assert (params["split_k"], params["cluster"]) == (2, "1x1")
+    moved = {**params, "cluster": "1x2"}
+    assert gemm_space.coupled(moved)["cluster"] == "1x1"  # no move named: the coupling wins
+    kept = gemm_space.coupled(moved, moved=["cluster"])
+    assert (kept["cluster"], kept["split_k"]) == ("1x2", 1), kept
+    assert gemm_space.coupled({**params, "split_k": 3}, moved=["split_k"])["split_k"] == 3
+    legal = declared_legal(gemm_space, problem, predicting_judge(gemm_space))
+    assert legal is not None and legal(kept)
+    choices = {k.name: tuple(k.choices) for k in gemm_space.knobs(problem)}
+    evolution = Evolution(choices, 0, sizes=problem.sizes, explore=0.0,
+                          model=_PrefersModel("cluster", "1x2"),  # type: ignore[arg-type]
+                          complete=space_completer(gemm_space, problem, None), legal=legal,
+                          couple=gemm_space.coupled)
+    proposal = evolution.propose([Observation(params, 1.0 / 0.95)])
+    assert (proposal["cluster"], proposal["split_k"]) == ("1x2", 1), proposal
+
+
+def test_drafts_are_ranked_as_the_schedules_they_complete_to() -> None:
+    # A draft the model likes can complete to another schedule (a conditional knob, a
+    # coupling); the proposal is the completed schedule the model ranks best, not the
+    # completion of the draft it ranked best.
+    choices = {"fast": (False, True), "x": tuple(range(6))}
+
+    def complete(params: Any, rng: Any) -> dict[str, Any]:
+        # "fast" only takes with x = 5 (a stand-in for a coupling that undoes a move)
+        return {**params, "fast": bool(params["fast"]) and params["x"] == 5}
+
+    evolution = Evolution(choices, 0, model=_PrefersModel("fast", True),  # type: ignore[arg-type]
+                          explore=0.0, complete=complete, generations=0)
+    history = [Observation({"fast": False, "x": x}, 1.0) for x in range(5)]
+    proposal = evolution.propose(history)
+    assert proposal == {"fast": True, "x": 5}, proposal
+
+
+def test_the_descent_reaches_a_schedule_several_genes_from_every_parent() -> None:
+    # The model's best lies three genes from the only parent (a, b and c all moved off 0);
+    # each step towards it is ranked better, one-gene moves alone never hold it, the
+    # descent does.
+    choices = {name: tuple(range(4)) for name in ("a", "b", "c")} | {
+        f"w{i}": tuple(range(8)) for i in range(10)}
+
+    class Towards:
+        reads = ("a", "b", "c")
+        learned = False
+
+        def fit(self, genes: Any, values: Any) -> Towards:
+            return self
+
+        def predict(self, genes: Any) -> Any:
+            import numpy as np
+
+            return np.array([-float(sum(g[n] > 0 for n in "abc")) for g in genes])
+
+    parent = {"a": 0, "b": 0, "c": 0, **{f"w{i}": 0 for i in range(10)}}
+    reached = 0
+    for seed in range(5):
+        evolution = Evolution(choices, seed, model=Towards(), explore=0.0,  # type: ignore[arg-type]
+                              random_share=0.0)
+        proposal = evolution.propose([Observation(parent, 1.0)])
+        reached += all(proposal[n] > 0 for n in "abc")
+        flat = Evolution(choices, seed, model=Towards(), explore=0.0,  # type: ignore[arg-type]
+                         random_share=0.0, generations=0)
+        assert not all(flat.propose([Observation(parent, 1.0)])[n] > 0 for n in "abc")
+    assert reached == 5

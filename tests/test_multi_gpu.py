@@ -289,6 +289,37 @@ def test_pinned_requests_wait_for_their_gpu_and_move_when_it_is_lost() -> None:
     assert not queue._lose(0)  # none left
 
 
+def test_a_ranked_queue_measures_the_best_predicted_first_and_re_measurements_before_all() -> None:
+    # An 8192^3 study builds faster than one GPU measures (bench/tune_gpu, rounds 6-7): the
+    # candidate its model ranked first waited behind 30 earlier proposals. With a priority,
+    # a free GPU takes what the model ranks best; what it does not rank (a contender's
+    # re-measurement, the seed) goes first, in order; pins are still honoured.
+    queue = MeasureQueue()
+    queue._workers = 2
+    scores = {"slow": 0.3, "fast": -0.2, "mid": 0.1, "pinned-fast": -0.5, "recheck": None,
+              "broken": 0.0}
+
+    def priority(tag: str) -> float | None:
+        if tag == "broken":
+            raise RuntimeError("a model that fails")
+        return scores[tag]
+
+    queue.priority = priority
+    for tag in ("slow", "fast", "pinned-fast", "mid", "recheck"):
+        queue.submit(tag, MeasureRequest(f"/x/{tag}", tag, {},
+                                         gpu=1 if tag == "pinned-fast" else None))
+    order = [queue._next_for(0)[0] for _ in range(4)]  # type: ignore[index]
+    assert order == ["recheck", "fast", "mid", "slow"]
+    assert queue._next_for(0) is None and queue._next_for(1)[0] == "pinned-fast"  # type: ignore[index]
+    queue.submit("mid", MeasureRequest("/x/mid", "mid", {}))
+    queue.submit("broken", MeasureRequest("/x/broken", "broken", {}))
+    assert queue._next_for(0)[0] == "broken"  # type: ignore[index]  # unranked: first
+    queue.priority = None
+    for tag in ("slow", "fast"):
+        queue.submit(tag, MeasureRequest(f"/x/{tag}", tag, {}))
+    assert [queue._next_for(0)[0] for _ in range(3)] == ["mid", "slow", "fast"]  # type: ignore[index]
+
+
 def test_a_confirmation_round_runs_on_one_gpu() -> None:
     class Built:
         artifact_dir = "/artifacts/x"

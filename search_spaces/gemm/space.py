@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -158,11 +158,23 @@ class HopperGemmSpace(SearchSpace):
                                 "raster": "m", "swizzle": 1}),
     )
 
-    def coupled(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    COUPLING_OFF: ClassVar[dict[str, Any]] = {"stream_k": False, "split_k": 1}
+    """Each coupled structure's "off" value."""
+
+    def coupled(self, params: Mapping[str, Any],
+                moved: Collection[str] = ()) -> dict[str, Any]:
         """Stream-K runs on the persistent tile loop with a 1x1 cluster, no swizzle and no
         split-K; split-K on one tile per CTA with a 1x1 cluster: a one-knob move to either
-        from a clustered or (not) persistent incumbent is never legal by itself."""
+        from a clustered or (not) persistent incumbent is never legal by itself. A knob in
+        ``moved`` keeps its value: a structure it contradicts is switched off (a move to a
+        1x2 cluster from a split-K incumbent leaves split-K, rather than being undone)."""
         out = dict(params)
+        for knob, values, needs in self.COUPLINGS:
+            chosen = out.get(knob)
+            on = chosen is values or (isinstance(values, tuple) and chosen in values)
+            if on and knob not in moved and any(
+                    k in moved and k in out and repr(out[k]) != repr(v) for k, v in needs.items()):
+                out[knob] = self.COUPLING_OFF[knob]
         for knob, values, needs in self.COUPLINGS:
             chosen = out.get(knob)
             if chosen is values or (isinstance(values, tuple) and chosen in values):

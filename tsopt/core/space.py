@@ -26,7 +26,7 @@ import os
 import random
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -420,11 +420,15 @@ class SearchSpace(ABC):
         proposals go to the verifier as the sampler made them."""
         return None
 
-    def coupled(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def coupled(self, params: Mapping[str, Any],
+                moved: Collection[str] = ()) -> dict[str, Any]:
         """``params`` with the values that a chosen knob value requires of other knobs (a
         structure that runs only with a given cluster or tile loop, say), for a search that
         moves one knob at a time: moving that knob alone would only ever leave the legal set.
-        Only knobs ``params`` names are set. Default: ``params`` as they are."""
+        The knobs in ``moved`` (the ones a search just changed) keep their values: a
+        structure whose requirements they contradict is switched off instead. Only knobs
+        ``params`` names are set. Default: ``params`` as they are."""
+        del moved
         return dict(params)
 
     def params_of(self, genome: Genome) -> dict[str, Any]:

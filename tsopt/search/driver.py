@@ -408,6 +408,20 @@ class Driver:
             self.pool = SerialBuildPool()
             if self.measure_pool is None and _gpu_here(request.measure):
                 self._measure_here()
+        if self.measure_pool is not None and hasattr(self.measure_pool, "priority"):
+            # The GPU is the narrow end at large problems (a 8192^3 study builds faster than
+            # it measures): what waits is measured in the model's order, not the proposals'.
+            self.measure_pool.priority = self._measure_priority
+
+    def _measure_priority(self, tag: Any) -> float | None:
+        """A queued candidate's rank for the GPU: the sampler's predicted time for its trial
+        (None for re-measurements, the seed, and a sampler that does not predict: first come,
+        first measured)."""
+        predict = getattr(getattr(self, "sampler", None), "predicted", None)
+        if predict is None or not isinstance(tag, Job) or tag.trial is None:
+            return None
+        predicted = predict(tag.trial.params)
+        return None if predicted is None else float(predicted)
 
     def _measure_here(self) -> None:
         """One measuring worker per GPU of this machine (``--gpus``), each pinned to its GPU;

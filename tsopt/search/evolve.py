@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import random
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -55,9 +55,22 @@ STEP = 0.7
 """Chance that a numeric knob moves to a neighbouring value (else to any other)."""
 RANDOM_SHARE = 0.1
 """Share of the pool drawn at random rather than mutated (a way out of a local basin)."""
+GENERATIONS = 3
+"""Generations of the model-guided descent that adds to each pool: mutants of mutants,
+selected by the model alone, so a schedule several genes from every parent (a decode GEMM's
+best: other tiles, cluster, split and stages at once) can be proposed when the model ranks it
+first, as MetaSchedule's evolutionary search evolves on its cost model before measuring."""
+DESCENT_KEEP = 8
+"""Legal, unseen drafts the descent keeps per generation (its next parents)."""
+DESCENT_CHILDREN = 8
+"""Mutants the descent draws per kept draft and generation."""
+RERANK = 8
+"""Legal drafts, taken in the pool's rank order, that are ranked again once completed."""
 
 Params = dict[str, Any]
 Completer = Callable[[Mapping[str, Any], random.Random], Params]
+Coupler = Callable[[Mapping[str, Any], Collection[str]], Params]
+"""``(params, moved) -> params``: what the knobs in ``moved`` now require of the others."""
 """``(params, rng) -> full params``: fills in what ``params`` leaves open (a conditional knob
 a move brought in) and drops what the space would not ask."""
 
@@ -120,6 +133,8 @@ class Evolution:
                  model: CostModel | None = None, population: int = POPULATION,
                  pool: int = POOL, explore: float = EXPLORE,
                  random_share: float = RANDOM_SHARE,
+                 generations: int = GENERATIONS,
+                 couple: Coupler | None = None,
                  universe: Sequence[Mapping[str, Any]] | None = None) -> None:
         self.universe = [dict(p) for p in universe] if universe is not None else None
         """A finite set to propose from (a measured table, in a simulation): a move then
@@ -133,6 +148,10 @@ class Evolution:
         self.pool = pool
         self.explore = explore
         self.random_share = random_share
+        self.generations = generations
+        self.couple = couple
+        """The space's couplings with the knobs a move changed kept (``SearchSpace.coupled``):
+        a move the model ranks is then the schedule it names, not one a coupling undid."""
         self._completed: dict[tuple[tuple[str, str], ...], Params] = {}
         self._legal: dict[tuple[tuple[str, str], ...], bool] = {}
         self._fitted_on = -1
@@ -161,6 +180,14 @@ class Evolution:
             except (ValueError, KeyError, TypeError):
                 self._legal[key] = False
         return self._legal[key]
+
+    def _moved(self, parent: Mapping[str, Any], draft: Params) -> Params:
+        """``draft`` (``parent`` with some knobs moved) through the couplings, the moved knobs
+        kept."""
+        if self.couple is None:
+            return draft
+        moved = [name for name, value in draft.items() if repr(value) != repr(parent.get(name))]
+        return self.couple(draft, moved) if moved else draft
 
     def _pool_from_universe(self, parents: Sequence[Observation], seen: set[Any],
                             pool: dict[Any, tuple[Params, str]]) -> None:
@@ -191,10 +218,65 @@ class Evolution:
             for value in self.choices.get(name, ()):
                 if repr(value) == repr(params[name]):
                     continue
-                draft = {**params, name: value}
+                draft = self._moved(params, {**params, name: value})
                 key = params_key(draft)
                 if key not in seen:
                     pool.setdefault(key, (draft, "neighbour"))
+
+    def _descend(self, parents: Sequence[Observation], seen: set[Any],
+                 pool: dict[Any, tuple[Params, str]]) -> None:
+        """The model-guided descent (see :data:`GENERATIONS`): from the parents, each
+        generation's mutants ranked by the model, the best :data:`DESCENT_KEEP` legal and
+        unseen ones kept, added to the pool and bred again. In a simulation (``universe``)
+        a mutant is one of the unseen members nearest a kept draft."""
+        frontier = [dict(o.params) for o in parents]
+        for _ in range(self.generations):
+            drafts: dict[Any, Params] = {}
+            if self.universe is not None:
+                unseen = [p for p in self.universe if params_key(p) not in seen]
+                scored = sorted(
+                    ((min(sum(repr(p.get(n)) != repr(v) for n, v in f.items())
+                          for f in frontier), self.rng.random(), p) for p in unseen),
+                    key=lambda s: s[:2])
+                for _, _, p in scored[: DESCENT_CHILDREN * len(frontier)]:
+                    drafts[params_key(p)] = p
+            else:
+                # Moves along the knobs the model reads: the others it cannot rank.
+                readable = {name: self.choices[name] for name in self.model.reads
+                            if name in self.choices}
+                for params in frontier:
+                    for _ in range(DESCENT_CHILDREN):
+                        draft = self._moved(params, mutate(params, readable or self.choices,
+                                                           self.rng))
+                        key = params_key(draft)
+                        if key not in seen:
+                            drafts.setdefault(key, draft)
+            # Ranked as completed: a draft's couplings and conditional knobs can change what
+            # it is (a move to stream-K takes the persistent loop and a 1x1 cluster along).
+            kept = self._completed_legal(drafts.values(), seen)
+            if not kept:
+                return
+            kept = kept[:DESCENT_KEEP]
+            for full, _ in kept:
+                pool.setdefault(params_key(full), (full, "descent"))
+            frontier = [full for full, _ in kept]
+
+    def _completed_legal(self, drafts: Any, seen: set[Any]) -> list[tuple[Params, float]]:
+        """``drafts`` completed, those unseen and legal, with the model's prediction for
+        each, best first."""
+        fulls: dict[Any, Params] = {}
+        for draft in drafts:
+            full = self._complete(draft)
+            key = params_key(full)
+            if key in seen or key in fulls or not self._is_legal(full):
+                continue
+            fulls[key] = full
+        if not fulls:
+            return []
+        entries = list(fulls.values())
+        predicted = self.model.predict(entries)
+        order = sorted(range(len(entries)), key=lambda i: (predicted[i], i))
+        return [(entries[i], float(predicted[i])) for i in order]
 
     # -- proposing ------------------------------------------------------------------------
     def propose(self, history: Sequence[Observation],
@@ -230,29 +312,53 @@ class Evolution:
             if parents and self.rng.random() >= self.random_share:
                 weights = [1.0 / (rank + 1) for rank in range(len(parents))]
                 parent = self.rng.choices(parents, weights)[0]
-                draft = mutate(parent.params, self.choices, self.rng, genes_moved)
+                draft = self._moved(parent.params,
+                                    mutate(parent.params, self.choices, self.rng, genes_moved))
                 how = "mutate"
             else:
                 draft, how = random_params(self.choices, self.rng), "random"
             key = params_key(draft)
             if key not in seen and key not in pool:
                 pool[key] = (draft, how)
+        if parents and self.generations:
+            self._descend(parents, seen, pool)
         entries = list(pool.values())
         predicted = self.model.predict([draft for draft, _ in entries])
         order = sorted(range(len(entries)), key=lambda i: (predicted[i], i))
         explore = self.rng.random() < self.explore
         if explore:
             self.rng.shuffle(order)
+        # The first RERANK legal completions in the drafts' order, ranked again as completed
+        # (completion can turn a draft into another schedule, see _descend); exploring takes
+        # the first.
+        chosen: list[tuple[int, int, Params]] = []
         for tested, i in enumerate(order):
             full = self._complete(entries[i][0])
             if params_key(full) in seen or not self._is_legal(full):
                 continue
+            if any(params_key(c[2]) == params_key(full) for c in chosen):
+                continue
+            chosen.append((tested, i, full))
+            if explore or len(chosen) >= RERANK:
+                break
+        if chosen:
+            again = self.model.predict([c[2] for c in chosen])
+            best = min(range(len(chosen)), key=lambda j: (again[j], j))
+            tested, i, full = chosen[best]
             self.last = {"how": "explore" if explore else entries[i][1], "pool": len(entries),
-                         "rank": tested, "predicted": float(predicted[i]),
+                         "rank": tested, "predicted": float(again[best]),
                          "learned": self.model.learned}
             return dict(full)
         self.last = {"how": "random", "pool": len(entries)}
         return random_params(self.choices, self.rng)
+
+    def predicted(self, params: Mapping[str, Any]) -> float | None:
+        """The model's prediction for ``params`` as fitted now (log relative time; lower is
+        faster), or None where it has nothing to go on."""
+        if not params:
+            return None
+        value = float(self.model.predict([dict(params)])[0])
+        return value if math.isfinite(value) else None
 
     def _fit(self, measured: Sequence[Observation]) -> None:
         if len(measured) == self._fitted_on:
@@ -327,6 +433,7 @@ def _evolve_sampler_class() -> type:
             """Plans completed through ``space`` for ``problem``, ranked with its sizes, and
             kept in its declared legal set (``legal``, else the space's own factors)."""
             self.evolution.complete = space_completer(space, problem, self.view)
+            self.evolution.couple = space.coupled
             self.evolution.model.sizes = dict(problem.sizes)
             if legal is None:
                 legal = declared_legal(space, problem)
@@ -378,6 +485,10 @@ def _evolve_sampler_class() -> type:
                 if repr(plan[name]) in keys:
                     return distribution.choices[keys.index(repr(plan[name]))]
             return self._random.sample_independent(study, trial, name, distribution)
+
+        def predicted(self, params: Mapping[str, Any]) -> float | None:
+            """The cost model's prediction for a trial's params (see Evolution.predicted)."""
+            return self.evolution.predicted(params)
 
         def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
             self._plans.pop(trial.number, None)

@@ -15,7 +15,9 @@ driver's job) never leaves the driver's process: pools hand it back with the res
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -133,6 +135,10 @@ class MeasureQueue:
         self._queue: deque[tuple[Any, MeasureRequest]] = deque()
         self._lost: set[int] = set()
         self._workers = 1
+        self.priority: Callable[[Any], float | None] | None = None
+        """Which queued request a free GPU takes first: the lowest ``priority(tag)`` (a cost
+        model's predicted time, say), ties in the order submitted. A tag it does not rank
+        (None: a re-measurement, the seed) is taken before every ranked one, in order."""
 
     def submit(self, tag: Any, request: MeasureRequest) -> None:
         self._queue.append((tag, request))
@@ -146,13 +152,33 @@ class MeasureQueue:
         return alive[0] if alive else None
 
     def _next_for(self, worker: int) -> tuple[Any, MeasureRequest] | None:
-        """The first queued request that ``worker`` may take (unpinned, or pinned to it)."""
+        """The queued request that ``worker`` takes next (unpinned, or pinned to it): the
+        first, or with a :attr:`priority` the first it does not rank, else the best ranked."""
+        best: tuple[float, int] | None = None
         for position, (tag, request) in enumerate(self._queue):
             target = self._target(request)
-            if target is None or target == worker:
-                del self._queue[position]
-                return tag, request
-        return None
+            if target is not None and target != worker:
+                continue
+            score = self._score(tag)
+            if score is None:
+                best = (-math.inf, position)
+                break
+            if best is None or score < best[0]:
+                best = (score, position)
+        if best is None:
+            return None
+        tag, request = self._queue[best[1]]
+        del self._queue[best[1]]
+        return tag, request
+
+    def _score(self, tag: Any) -> float | None:
+        if self.priority is None:
+            return None
+        try:
+            score = self.priority(tag)
+        except Exception:  # a ranking that fails must not stop measuring: first come
+            return None
+        return None if score is None or not math.isfinite(score) else float(score)
 
     def _lose(self, worker: int) -> bool:
         """``worker`` cannot measure any more; True while the pool has another."""
