@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,40 @@ SK = {"stream_k": True, "persistent": True, "cluster": "1x1", "swizzle": 1}
 
 
 Plan = list[tuple[str, list[tuple[str, dict[str, Any]]]]]
+Maker = Callable[..., dict[str, Any]]
+
+
+def _maker(known: dict[str, Any]) -> Maker:
+    """``g(prefix, **genes)``: the known genome of that hash prefix with ``genes`` changed."""
+    def g(prefix: str, **genes: Any) -> dict[str, Any]:
+        return variant(genome_doc(prefix, known), **genes)
+
+    return g
+
+
+def _short_and_skinny(g: Maker) -> Plan:
+    """The controls and stream-K variants rounds 1 and 2 both measured at the ragged, the
+    1024^3 and the 64x8192x8192 problems."""
+    return [
+        ("3000x2008x1000", [
+            ("round-3 winner 2c7b86311864", g("2c7b86311864")),
+            ("2c7b stream-K", g("2c7b86311864", **SK)),
+        ]),
+        ("1024x1024x1024", [
+            ("library 6d85b86e3aed", g("6d85b86e3aed")),
+            ("6d85 stream-K", g("6d85b86e3aed", **SK)),
+        ]),
+        ("64x8192x8192", [
+            ("round-3 winner e55d657664c9", g("e55d657664c9")),
+            ("107e stream-K", g("107efedf8781", **SK)),
+        ]),
+    ]
 
 
 def round1(known: dict[str, Any]) -> Plan:
     """Each problem's best known kernel and its stream-K variants (stream-K as first built:
     the load warp worked the unit's tile out per K slice), deeper pipelines at 128x8192x8192."""
-    def g(prefix: str, **genes: Any) -> dict[str, Any]:
-        return variant(genome_doc(prefix, known), **genes)
-
+    g = _maker(known)
     return [
         ("128x8192x8192", [
             ("round-3 best 570f1255aee5", g("570f1255aee5")),
@@ -72,18 +99,7 @@ def round1(known: dict[str, Any]) -> Plan:
             ("8bb0 stream-K", g("8bb0108a3dbb", **SK)),
             ("87c8 stream-K", g("87c8f4f74327", **SK)),
         ]),
-        ("3000x2008x1000", [
-            ("round-3 winner 2c7b86311864", g("2c7b86311864")),
-            ("2c7b stream-K", g("2c7b86311864", **SK)),
-        ]),
-        ("1024x1024x1024", [
-            ("library 6d85b86e3aed", g("6d85b86e3aed")),
-            ("6d85 stream-K", g("6d85b86e3aed", **SK)),
-        ]),
-        ("64x8192x8192", [
-            ("round-3 winner e55d657664c9", g("e55d657664c9")),
-            ("107e stream-K", g("107efedf8781", **SK)),
-        ]),
+        *_short_and_skinny(g),
     ]
 
 
@@ -91,9 +107,7 @@ def round2(known: dict[str, Any]) -> Plan:
     """Stream-K with the unit's origin worked out once per unit, beside the controls; at
     128x8192x8192 and 64x4096x4096 the shapes cuBLAS picks there (``cublas_kernels.py``:
     128x64 tiles in a 1x2 cluster multicasting A, 8 stages; 64x32 in 1x2, 16 stages)."""
-    def g(prefix: str, **genes: Any) -> dict[str, Any]:
-        return variant(genome_doc(prefix, known), **genes)
-
+    g = _maker(known)
     cublas_128 = dict(swap_ab=False, tile_m=128, tile_n=64, consumers=1, consumer_regs=160,
                       producer_regs=40, cluster="1x2", stages=8, swizzle=1, raster="m")
     return [
@@ -128,27 +142,14 @@ def round2(known: dict[str, Any]) -> Plan:
             ("87c8 stream-K", g("87c8f4f74327", **SK)),
             ("256x128 stream-K", g("378ca4a47678", tile_m=256, tile_n=128, **SK)),
         ]),
-        ("3000x2008x1000", [
-            ("round-3 winner 2c7b86311864", g("2c7b86311864")),
-            ("2c7b stream-K", g("2c7b86311864", **SK)),
-        ]),
-        ("1024x1024x1024", [
-            ("library 6d85b86e3aed", g("6d85b86e3aed")),
-            ("6d85 stream-K", g("6d85b86e3aed", **SK)),
-        ]),
-        ("64x8192x8192", [
-            ("round-3 winner e55d657664c9", g("e55d657664c9")),
-            ("107e stream-K", g("107efedf8781", **SK)),
-        ]),
+        *_short_and_skinny(g),
     ]
 
 
 def round3(known: dict[str, Any]) -> Plan:
     """Stream-K whose dummy units reread their tile's first K slices instead of loading boxes
     wholly past K, beside the data-parallel controls (a fresh machine: the reproduction)."""
-    def g(prefix: str, **genes: Any) -> dict[str, Any]:
-        return variant(genome_doc(prefix, known), **genes)
-
+    g = _maker(known)
     return [
         ("128x8192x8192", [("round-3 best 570f1255aee5", g("570f1255aee5")),
                            ("570f stream-K", g("570f1255aee5", **SK))]),

@@ -168,16 +168,17 @@ class HopperGemmSpace(SearchSpace):
         from a clustered or (not) persistent incumbent is never legal by itself. A knob in
         ``moved`` keeps its value: a structure it contradicts is switched off (a move to a
         1x2 cluster from a split-K incumbent leaves split-K, rather than being undone)."""
+        def on(knob: str, values: Any) -> bool:
+            chosen = out.get(knob)
+            return chosen is values or (isinstance(values, tuple) and chosen in values)
+
         out = dict(params)
         for knob, values, needs in self.COUPLINGS:
-            chosen = out.get(knob)
-            on = chosen is values or (isinstance(values, tuple) and chosen in values)
-            if on and knob not in moved and any(
+            if on(knob, values) and knob not in moved and any(
                     k in moved and k in out and repr(out[k]) != repr(v) for k, v in needs.items()):
                 out[knob] = self.COUPLING_OFF[knob]
         for knob, values, needs in self.COUPLINGS:
-            chosen = out.get(knob)
-            if chosen is values or (isinstance(values, tuple) and chosen in values):
+            if on(knob, values):
                 out.update({k: v for k, v in needs.items() if k in out})
         return out
 

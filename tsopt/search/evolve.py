@@ -332,12 +332,13 @@ class Evolution:
         # (completion can turn a draft into another schedule, see _descend); exploring takes
         # the first.
         chosen: list[tuple[int, int, Params]] = []
+        taken: set[Any] = set()
         for tested, i in enumerate(order):
             full = self._complete(entries[i][0])
-            if params_key(full) in seen or not self._is_legal(full):
+            key = params_key(full)
+            if key in seen or key in taken or not self._is_legal(full):
                 continue
-            if any(params_key(c[2]) == params_key(full) for c in chosen):
-                continue
+            taken.add(key)
             chosen.append((tested, i, full))
             if explore or len(chosen) >= RERANK:
                 break
