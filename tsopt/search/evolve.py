@@ -13,7 +13,11 @@ proposals are never proposed again and do not breed. The pool also holds every o
 neighbour of the incumbent along the knobs the model reads (``CostModel.reads``: tiles,
 stages, split, swap, cluster...), so a move the model ranks first is never missed because a
 random draw spent the pool on knobs it cannot tell apart (placements, warp indices): a
-decode GEMM's best is often several stages or a split away from the incumbent.
+decode GEMM's best is often several stages or a split away from the incumbent. And it holds
+a short descent on the model alone (:data:`GENERATIONS`): mutants of mutants, the best ranked
+kept, so a schedule several genes from every measured one is proposed when the model ranks
+it first. Drafts are ranked again as the schedules they complete to, and a move keeps its
+value against the space's couplings (``SearchSpace.coupled``).
 
 :class:`Evolution` is pure (parameter dicts in, a parameter dict out, a seeded RNG): a
 simulation replays it on a measured table with no GPU and no study. :class:`EvolveSampler`
@@ -69,10 +73,10 @@ RERANK = 8
 
 Params = dict[str, Any]
 Completer = Callable[[Mapping[str, Any], random.Random], Params]
-Coupler = Callable[[Mapping[str, Any], Collection[str]], Params]
-"""``(params, moved) -> params``: what the knobs in ``moved`` now require of the others."""
 """``(params, rng) -> full params``: fills in what ``params`` leaves open (a conditional knob
 a move brought in) and drops what the space would not ask."""
+Coupler = Callable[[Mapping[str, Any], Collection[str]], Params]
+"""``(params, moved) -> params``: what the knobs in ``moved`` now require of the others."""
 
 
 @dataclass(frozen=True)
