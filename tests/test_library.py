@@ -18,7 +18,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tsopt.app.library import SHIPPED_EVIDENCE, evidence_files, library_update
 from tsopt.cli import app
+from tsopt.core.errors import UserInputError
 from tsopt.core.problem import Problem
 from tsopt.core.records import Measurement
 from tsopt.core.registry import get_space
@@ -63,21 +65,46 @@ def test_the_shipped_library_names_its_committed_evidence() -> None:
         assert entry.ratio > 0
         if entry.ratio_lo is not None:
             assert entry.paired
-    # The best 8192³ schedule of a study: paired 1.031x cuBLAS in round 4's study on the H200
-    # and again in round 6's (bench/tune_gpu; 1.031-1.034 side by side there, 1.023-1.025 on
-    # other machines). The library keeps three per problem, by their studies' own ratios, the
-    # latest measurement of a genome replacing an earlier one. (A hand-made stream-K kernel,
-    # 1.05-1.06x, is in bench/stream_k: the library takes studies' results, not hand-picked
-    # ones.)
-    best, second = lookup(entries, "gemm", Problem.of("gemm", "bf16", m=8192, n=8192, k=8192),
-                          "sm_90a", limit=2)
-    assert best.paired and best.genome.short_hash == "99a781bf3fee"
-    assert abs(best.ratio - 1.031) < 0.001
-    assert best.source.startswith("bench/tune_gpu/results-round6/studies.db.tar.xz: study r6")
-    assert second.genome.short_hash == "87c8f4f74327" and second.ratio >= 1.026
+    # The best 8192³ schedule known: the hand-made stream-K kernel of bench/stream_k,
+    # re-measured paired beside round 7's winners on the H200 (1.052x there; 1.048-1.061x
+    # in every cross-check). Then the best of a study, 8bb0108a3dbb and 99a781bf3fee (1.026-
+    # 1.034x). The library keeps three per problem, the latest paired measurement of a
+    # genome replacing an earlier one; each entry's source says who found it.
+    best, second, third = lookup(entries, "gemm",
+                                 Problem.of("gemm", "bf16", m=8192, n=8192, k=8192), "sm_90a",
+                                 limit=3)
+    assert best.paired and best.genome.short_hash == "6453970a5e0b"
+    assert best.genome.to_dict()["structure"]["stream_k"] is True
+    assert 1.04 < best.ratio < 1.07
+    assert best.source.startswith("bench/tune_gpu/results-round7/crosscheck/")
+    assert {second.genome.short_hash, third.genome.short_hash} == {"8bb0108a3dbb", "99a781bf3fee"}
+    assert "studies.db.tar.xz: study r7-8192x8192x8192" in third.source + second.source
     shown = CliRunner().invoke(app, ["library", "show", "--space", "gemm", "--json"])
     assert shown.exit_code == 0, shown.output
     assert {e["space"] for e in json.loads(shown.output)} == {"gemm"}
+
+
+def test_the_shipped_library_is_made_from_its_evidence(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped file is what ``tsopt library update`` makes of the committed evidence
+    (study archives unpacked to a scratch folder, cross-checks, hand-made rounds)."""
+    monkeypatch.chdir(ROOT)
+    made = tmp_path / "made.json"
+    console = Console(file=io.StringIO(), width=200)
+    assert library_update(None, (), evidence_files(SHIPPED_EVIDENCE), made, console) == 0
+    assert json.loads(made.read_text()) == json.loads(PACKAGED.read_text()), (
+        "tsopt/data/seed_library.json is stale: remake it with the command in "
+        "tsopt/app/library.py's docstring")
+    before = {p: p.stat().st_mtime_ns for p in ROOT.glob("bench/tune_gpu/results*/*.tar.xz")}
+    assert before and all(p.stat().st_mtime_ns == t for p, t in before.items())
+
+
+def test_a_study_archive_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "studies.db.tar.xz"
+    bad.write_bytes(b"not an archive")
+    with pytest.raises(UserInputError, match=r"studies.db.tar.xz: not a tar.xz of study"):
+        library_update(None, (), [bad], tmp_path / "lib.json", Console(file=io.StringIO()))
+    assert not (tmp_path / "lib.json").exists()
 
 
 def test_lookup_takes_the_nearest_class_and_only_genomes_the_verifier_accepts() -> None:

@@ -1,6 +1,6 @@
 """Known GEMM genomes by hash prefix, from the committed evidence: the cross-check lists
-(``bench/tune_gpu/known*.json``), the seed library and the round-3 study databases
-(``bench/tune_gpu/results-round3/studies*.db.tar.xz``, unpacked to a temporary folder)."""
+(``bench/tune_gpu/known*.json``), the seed library and the study databases of every round
+(``bench/tune_gpu/results*/studies*.db.tar.xz``, unpacked to a temporary folder)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _known_files() -> list[dict[str, Any]]:
 def _study_genomes() -> list[dict[str, Any]]:
     docs = []
     with tempfile.TemporaryDirectory() as tmp:
-        for archive in sorted((ROOT / "bench" / "tune_gpu").glob("results-round*/studies*.db.tar.xz")):
+        for archive in sorted((ROOT / "bench" / "tune_gpu").glob("results*/studies*.db.tar.xz")):
             with tarfile.open(archive) as tar:
                 tar.extractall(tmp, filter="data")
         for db in sorted(Path(tmp).rglob("*.db")):

@@ -10,14 +10,24 @@ names genomes by hash only takes them from the other files given, from a ``manif
 beside it, or from the space's own seed and ``diverse_genomes`` (the gridstride bundles were
 built from those).
 
-The shipped library was made from the committed H200 evidence by::
+The shipped library is made from all the committed H200 evidence, :data:`SHIPPED_EVIDENCE`
+(``tests/test_library.py`` remakes it from them and compares)::
 
-    tsopt library update --library tsopt/data/seed_library.json \
+    rm tsopt/data/seed_library.json && tsopt library update --library tsopt/data/seed_library.json \
         --evidence 'bench/gemm_h200/gemm-*.json' --evidence 'bench/paired_h200/*.results.json' \
         --evidence bench/tune_h200/studies.json --evidence 'bench/copy_h200/copy-*-fenced/results.json' \
-        --evidence 'bench/gridstride_h200/results-*.json'
+        --evidence 'bench/gridstride_h200/results-*.json' \
+        --evidence 'bench/tune_gpu/results*/studies*.db.tar.xz' \
+        --evidence 'bench/tune_gpu/results*/crosscheck*/cc-*.results.json' \
+        --evidence 'bench/tune_gpu/known*.json' --evidence 'bench/stream_k/round*/sk-*.results.json' \
+        --evidence 'bench/gemm_small_h200/gemm-small-*.results.json'
 
-(the copy's unfenced ``copy-*-r1`` rounds are left out: that template had a race).
+(the copy's unfenced ``copy-*-r1`` rounds are left out: that template had a race). The
+studies' archives give each study's best three by its standing; the cross-checks re-measured
+studies' winners beside hand-made schedules (``bench/stream_k``), so the library holds the
+best known schedule of a problem whoever found it, and its ``source`` says which: a study
+(``...studies.db.tar.xz: study NAME``) or a file of measurements. A genome measured more than
+once keeps its newest paired figure.
 """
 
 from __future__ import annotations
@@ -25,8 +35,12 @@ from __future__ import annotations
 import glob
 import json
 import lzma
+import shutil
 import statistics
+import tarfile
+import tempfile
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +86,8 @@ def _genomes_in(doc: Any, found: dict[str, Genome]) -> None:
                 items += study.get("candidates", [])
     elif isinstance(doc, dict):
         items += doc.get("results", []) + doc.get("candidates", [])
+        # The cross-checks' lists of known genomes: problem spec -> [{label, genome}, ...].
+        items += [item for value in doc.values() if isinstance(value, list) for item in value]
     for item in items:
         if isinstance(item, dict) and isinstance(item.get("genome"), dict):
             try:
@@ -106,11 +122,56 @@ def _problem_of_key(key: str) -> Problem:
     return parse_problem_spec(f"{op}:{dtype}:{sizes}")
 
 
+SHIPPED_EVIDENCE = (
+    "bench/gemm_h200/gemm-*.json", "bench/paired_h200/*.results.json",
+    "bench/tune_h200/studies.json", "bench/copy_h200/copy-*-fenced/results.json",
+    "bench/gridstride_h200/results-*.json", "bench/tune_gpu/results*/studies*.db.tar.xz",
+    "bench/tune_gpu/results*/crosscheck*/cc-*.results.json", "bench/tune_gpu/known*.json",
+    "bench/stream_k/round*/sk-*.results.json", "bench/gemm_small_h200/gemm-small-*.results.json")
+"""The committed evidence the shipped library is made from (globs, from the repository root)."""
+
+STUDY_ARCHIVES = (".db", ".db.tar.xz", ".tar.xz")
+"""Committed study databases: a SQLite file, or a tar.xz of them (``bench/tune_gpu``)."""
+
+
+def _is_study_archive(path: Path) -> bool:
+    return any(path.name.endswith(suffix) for suffix in STUDY_ARCHIVES)
+
+
+def entries_from_archive(path: Path, name: str) -> list[LibraryEntry]:
+    """The best of every study in a committed SQLite database or a ``tar.xz`` of them, each
+    entry's source naming the archive and the study (``name: study S (S.db)``). The archive
+    is unpacked into a scratch folder; the committed file is never opened for writing."""
+    from tsopt.db.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="tsopt-evidence-") as scratch:
+        if path.name.endswith(".db"):
+            files = [Path(shutil.copy(path, scratch))]
+        else:
+            try:
+                with tarfile.open(path, "r:xz") as archive:
+                    archive.extractall(scratch, filter="data")
+            except (OSError, tarfile.TarError, lzma.LZMAError) as exc:
+                raise UserInputError(f"--evidence {path}: not a tar.xz of study databases "
+                                     f"({exc})") from None
+            files = sorted(Path(scratch).rglob("*.db"))
+        if not files:
+            raise UserInputError(f"--evidence {path}: holds no study database (*.db)")
+        found: list[LibraryEntry] = []
+        for db in files:
+            with Store(f"sqlite:///{db}") as store:
+                for entry in entries_from_store(store, [s.name for s in store.list_studies()]):
+                    study = entry.source.removeprefix("study ")
+                    found.append(replace(entry, source=f"{name}: study {study} ({db.name})"))
+        return found
+
+
 def entries_from_evidence(paths: Sequence[Path], arch: str = "sm_90a",
                           root: Path | None = None) -> list[LibraryEntry]:
     """Library entries from committed measured evidence (see the module doc); each names its
     file (relative to ``root``) and the row it came from."""
-    docs = [(p, _read(p)) for p in paths]
+    archives = [p for p in paths if _is_study_archive(p)]
+    docs = [(p, _read(p)) for p in paths if not _is_study_archive(p)]
     genomes: dict[str, Genome] = {}
     for path, doc in docs:
         _genomes_in(doc, genomes)
@@ -124,6 +185,9 @@ def entries_from_evidence(paths: Sequence[Path], arch: str = "sm_90a",
             return str(path.resolve().relative_to((root or Path.cwd()).resolve()))
         except ValueError:
             return str(path)
+
+    for path in archives:
+        entries += entries_from_archive(path, name(path))
 
     def add(genome: Genome | None, problem: Problem, ratios: list[float], paired: bool,
             source: str, lo: float | None = None, hi: float | None = None,
