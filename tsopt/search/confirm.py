@@ -11,7 +11,8 @@ with the candidates the noise cannot separate from it named beside it.
 
 The same mechanism re-measures a *contender* during the search: a candidate whose first
 ratio comes within ``CONTENDER_WITHIN`` of the incumbent's is measured again together with
-the incumbent, so that neither ranks on one draw.
+the incumbent (until the incumbent has ``INCUMBENT_CHECKS`` measurements), so that neither
+ranks on one draw.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ if TYPE_CHECKING:
 
 CONFIRM_TOP_K = 5
 CONTENDER_WITHIN = 0.03
+INCUMBENT_CHECKS = 3
+"""A contender's re-check measures the incumbent beside it only while the incumbent has fewer
+measurements than this: at 8192^3 nearly every candidate is within 3 % of the incumbent, and
+re-measuring the incumbent with each (8 times in 80 s, bench/tune_gpu round 8) spent the GPU
+on a standing already pinned down instead of on candidates not yet measured."""
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ from tsopt.db.models import ORIGINS
 from tsopt.search.confirm import (
     CONFIRM_TOP_K,
     CONTENDER_WITHIN,
+    INCUMBENT_CHECKS,
     Remeasure,
     confirmation_requests,
     name_winner,
@@ -414,11 +415,16 @@ class Driver:
             self.measure_pool.priority = self._measure_priority
 
     def _measure_priority(self, tag: Any) -> float | None:
-        """A queued candidate's rank for the GPU: the sampler's predicted time for its trial
-        (None for re-measurements, the seed, and a sampler that does not predict: first come,
-        first measured)."""
+        """A queued candidate's rank for the GPU: the sampler's predicted time for its trial.
+        None (first come, first measured, before every ranked one) for re-measurements, the
+        seed, a sampler that does not predict, and the genomes a study was started from (origin
+        ``warm_start``: the seed library's and nearby studies' best): they are measured evidence of what is
+        best, which the model must not overrule (a fresh 8192^3 study on the H200 never
+        measured the library's best genome, a stream-K kernel the analytical estimate ranks
+        behind: bench/tune_gpu round 8)."""
         predict = getattr(getattr(self, "sampler", None), "predicted", None)
-        if predict is None or not isinstance(tag, Job) or tag.trial is None:
+        if (predict is None or not isinstance(tag, Job) or tag.trial is None
+                or tag.origin != "suggest"):
             return None
         predicted = predict(tag.trial.params)
         return None if predicted is None else float(predicted)
@@ -958,8 +964,9 @@ class Driver:
     # -- measuring again: contenders, and the final confirmation ---------------------------
     def _recheck_if_contender(self, job: Job, measured: Measurement, gpu: int) -> None:
         """A first ratio within CONTENDER_WITHIN of the incumbent's (or above it): measure the
-        candidate and the incumbent again, one after the other, so neither ranks on one draw;
-        both on ``gpu`` (the pool's worker that measured the candidate)."""
+        candidate again, and the incumbent beside it while the incumbent has fewer than
+        INCUMBENT_CHECKS measurements, so neither ranks on one draw; both on ``gpu`` (the
+        pool's worker that measured the candidate)."""
         if self.measure_pool is None or measured.ratio is None or self.interrupted:
             return
         ranked = self.store.ranked(self.name, limit=2)
@@ -968,9 +975,10 @@ class Driver:
                 or measured.ratio < incumbent.standing.ratio * (1 - CONTENDER_WITHIN)):
             return
         problem = self.request.problem.to_dict()
+        pinned = incumbent.standing.measurements >= INCUMBENT_CHECKS
         for candidate_id, genome_hash, artifact in (
-                (incumbent.candidate_id, incumbent.genome_hash,
-                 incumbent.build.artifact_dir if incumbent.build else None),
+                *(() if pinned else ((incumbent.candidate_id, incumbent.genome_hash,
+                                      incumbent.build.artifact_dir if incumbent.build else None),)),
                 (job.candidate_id, job.genome.hash, job.build.artifact_dir if job.build else None)):
             if artifact and Path(artifact).exists():
                 self.rechecks += 1
