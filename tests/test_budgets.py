@@ -75,10 +75,9 @@ class SlowGpuPool(SyntheticMeasurePool):
     """SYNTHETIC: the made-up measurements of SyntheticMeasurePool, but a GPU that takes
     ``seconds`` per candidate, so that built candidates queue up behind it."""
 
-    def __init__(self, seconds: float, first_seconds: float | None = None) -> None:
+    def __init__(self, seconds: float) -> None:
         super().__init__()
         self.seconds = seconds
-        self.first_seconds = seconds if first_seconds is None else first_seconds
 
     def poll(self, timeout: float):  # type: ignore[no-untyped-def]
         import time
@@ -133,10 +132,9 @@ class QueuedSlowGpuPool(MeasureQueue):
     name = "synthetic"
     slots = 1
 
-    def __init__(self, seconds: float, first_seconds: float | None = None) -> None:
+    def __init__(self, seconds: float) -> None:
         super().__init__()
         self.seconds = seconds
-        self.first_seconds = seconds if first_seconds is None else first_seconds
         self.inner = SyntheticMeasurePool()
         self.takes: list[tuple[Any, list[Any]]] = []
 
@@ -150,7 +148,7 @@ class QueuedSlowGpuPool(MeasureQueue):
         item = self._next_for(0)
         if item is None:
             return []
-        time.sleep(self.first_seconds if not self.takes else self.seconds)
+        time.sleep(self.seconds)
         self.takes.append((item[0], waiting))
         self.inner.queue.append(item)
         return self.inner.poll(timeout)

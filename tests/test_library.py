@@ -69,8 +69,9 @@ def test_the_shipped_library_names_its_committed_evidence() -> None:
     # b22e8a783fd9, found by a `tsopt tune` study with the library switched off (round 8 on
     # the H200, 1.057x paired), the hand-made 6453970a5e0b of bench/stream_k (1.048-1.061x in
     # every cross-check, 1.055x when round 8's studies started from it), then the no-library
-    # study's runner-up (swap-AB, 2x1 cluster, 1.051x). The library keeps three per problem, the latest paired measurement
-    # of a genome replacing an earlier one; each entry's source says who found it.
+    # study's runner-up (swap-AB, 2x1 cluster, 1.051x). The library keeps three per problem,
+    # the latest paired measurement of a genome replacing an earlier one; each entry's source
+    # says who found it.
     best, second, third = lookup(entries, "gemm",
                                  Problem.of("gemm", "bf16", m=8192, n=8192, k=8192), "sm_90a",
                                  limit=3)
@@ -93,11 +94,11 @@ def test_the_shipped_library_is_made_from_its_evidence(tmp_path: Path,
     monkeypatch.chdir(ROOT)
     made = tmp_path / "made.json"
     console = Console(file=io.StringIO(), width=200)
+    before = {p: p.stat().st_mtime_ns for p in ROOT.glob("bench/tune_gpu/results*/*.tar.xz")}
     assert library_update(None, (), evidence_files(SHIPPED_EVIDENCE), made, console) == 0
     assert json.loads(made.read_text()) == json.loads(PACKAGED.read_text()), (
-        "tsopt/data/seed_library.json is stale: remake it with the command in "
-        "tsopt/app/library.py's docstring")
-    before = {p: p.stat().st_mtime_ns for p in ROOT.glob("bench/tune_gpu/results*/*.tar.xz")}
+        "tsopt/data/seed_library.json is stale: remake it as tsopt/app/library.py's "
+        "docstring says")
     assert before and all(p.stat().st_mtime_ns == t for p, t in before.items())
 
 

@@ -125,12 +125,13 @@ def references(cross: dict) -> dict[str, dict]:
 
 def library_references(path: Path) -> dict[str, dict]:
     """problem key -> the seed library's best paired entry (genome, its source, ratio)."""
+    from tsopt.core.problem import Problem
+
     out: dict[str, dict] = {}
     for e in json.loads(path.read_text())["entries"]:
         if e["space"] != "gemm" or not e["paired"]:
             continue
-        p = e["problem"]
-        key = f"gemm-{p['dtype']}-{p['m']}x{p['n']}x{p['k']}"
+        key = Problem.from_dict(e["problem"]).key
         if e["ratio"] > out.get(key, {}).get("ratio", 0.0):
             out[key] = {"genome": e["genome_hash"][:12], "ratio": e["ratio"],
                         "labels": [f"seed library: {e['source']}"]}

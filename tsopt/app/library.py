@@ -10,17 +10,16 @@ names genomes by hash only takes them from the other files given, from a ``manif
 beside it, or from the space's own seed and ``diverse_genomes`` (the gridstride bundles were
 built from those).
 
-The shipped library is made from all the committed H200 evidence, :data:`SHIPPED_EVIDENCE`
-(``tests/test_library.py`` remakes it from them and compares)::
+The shipped library is made from all the committed H200 evidence, the globs of
+:data:`SHIPPED_EVIDENCE` (``tests/test_library.py`` remakes it from them and compares): remove
+``tsopt/data/seed_library.json``, then run ``tsopt library update --library
+tsopt/data/seed_library.json`` with one quoted ``--evidence GLOB`` per entry, or from the
+repository root::
 
-    rm tsopt/data/seed_library.json && tsopt library update --library tsopt/data/seed_library.json \
-        --evidence 'bench/gemm_h200/gemm-*.json' --evidence 'bench/paired_h200/*.results.json' \
-        --evidence bench/tune_h200/studies.json --evidence 'bench/copy_h200/copy-*-fenced/results.json' \
-        --evidence 'bench/gridstride_h200/results-*.json' \
-        --evidence 'bench/tune_gpu/results*/studies*.db.tar.xz' \
-        --evidence 'bench/tune_gpu/results*/crosscheck*/cc-*.results.json' \
-        --evidence 'bench/tune_gpu/known*.json' --evidence 'bench/stream_k/round*/sk-*.results.json' \
-        --evidence 'bench/gemm_small_h200/gemm-small-*.results.json'
+    python -c "from pathlib import Path; from rich.console import Console; \
+    from tsopt.app.library import SHIPPED_EVIDENCE, evidence_files, library_update; \
+    library_update(None, (), evidence_files(SHIPPED_EVIDENCE), \
+                   Path('tsopt/data/seed_library.json'), Console())"
 
 (the copy's unfenced ``copy-*-r1`` rounds are left out: that template had a race). The
 studies' archives give each study's best three by its standing; the cross-checks re-measured
@@ -130,7 +129,7 @@ SHIPPED_EVIDENCE = (
     "bench/stream_k/round*/sk-*.results.json", "bench/gemm_small_h200/gemm-small-*.results.json")
 """The committed evidence the shipped library is made from (globs, from the repository root)."""
 
-STUDY_ARCHIVES = (".db", ".db.tar.xz", ".tar.xz")
+STUDY_ARCHIVES = (".db", ".tar.xz")
 """Committed study databases: a SQLite file, or a tar.xz of them (``bench/tune_gpu``)."""
 
 

@@ -975,11 +975,12 @@ class Driver:
                 or measured.ratio < incumbent.standing.ratio * (1 - CONTENDER_WITHIN)):
             return
         problem = self.request.problem.to_dict()
-        pinned = incumbent.standing.measurements >= INCUMBENT_CHECKS
-        for candidate_id, genome_hash, artifact in (
-                *(() if pinned else ((incumbent.candidate_id, incumbent.genome_hash,
-                                      incumbent.build.artifact_dir if incumbent.build else None),)),
-                (job.candidate_id, job.genome.hash, job.build.artifact_dir if job.build else None)):
+        again = [(job.candidate_id, job.genome.hash,
+                  job.build.artifact_dir if job.build else None)]
+        if incumbent.standing.measurements < INCUMBENT_CHECKS:
+            again.insert(0, (incumbent.candidate_id, incumbent.genome_hash,
+                             incumbent.build.artifact_dir if incumbent.build else None))
+        for candidate_id, genome_hash, artifact in again:
             if artifact and Path(artifact).exists():
                 self.rechecks += 1
                 self.measure_pool.submit(
