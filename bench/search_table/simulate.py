@@ -393,8 +393,19 @@ def replay_one(table: Table, strategy: str, seed: int, budget: int, max_proposal
     view = KnobView.of(live, problem, "cmaes" if strategy == "cmaes" else strategy, restrict)
     sampler = make_strategy(strategy, seed, view, live, problem, table)
     propose = proposal_path(live, problem, view)
-    if hasattr(sampler, "bind"):  # as the driver does (evolve: plans completed in the space)
-        sampler.bind(live, problem)
+    if hasattr(sampler, "bind"):  # as the driver does (evolve: plans completed in the space,
+        # kept in its declared legal set, judged by the replay's one verifier; the proposer's
+        # repair for its survey, where this tree's sampler takes one)
+        from tsopt.search.evolve import declared_legal
+        from tsopt.search.proposals import Proposer
+
+        judge = getattr(live, "judge", None) or shared_judge(live)
+        legal = declared_legal(live, problem, judge)
+        repair = getattr(Proposer(live, problem, view, judge), "nearest_legal", None)
+        if repair is not None and "repair" in inspect.signature(sampler.bind).parameters:
+            sampler.bind(live, problem, legal, repair)
+        else:
+            sampler.bind(live, problem, legal)
     study = optuna.create_study(direction="minimize", sampler=sampler)
     rng = random.Random(f"noise-{strategy}-{seed}")
     told: dict[str, float | None] = {}  # point -> value told when first measured

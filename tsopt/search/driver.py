@@ -292,7 +292,8 @@ class Driver:
             from tsopt.search.evolve import declared_legal
 
             self.sampler.bind(self.space, request.problem,
-                              declared_legal(self.space, request.problem, self.predict))
+                              declared_legal(self.space, request.problem, self.predict),
+                              self.proposer.nearest_legal)
         heartbeat = Heartbeat(self.store, self.run_id, HEARTBEAT_S)
         self.heartbeat = heartbeat
         interrupted_before = signal.getsignal(signal.SIGINT)

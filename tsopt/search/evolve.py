@@ -70,12 +70,35 @@ DESCENT_CHILDREN = 8
 """Mutants the descent draws per kept draft and generation."""
 RERANK = 8
 """Legal drafts, taken in the pool's rank order, that are ranked again once completed."""
+SURVEY = 8
+"""Schedule families the first proposals of a study survey, one each: the best legal schedule
+the cost model ranks in each :data:`FAMILY` among :data:`SURVEY_DRAWS` random drafts, best
+family first. Measured early, they give the learned model evidence from across the space
+before the one-gene moves narrow it to the first basin measured, and a shape that no
+library entry covers starts from the model's picks rather than from random draws. On the
+H200, round 6's studies spent half of their first random draws on stream-K schedules at
+0.2-0.8x at decode shapes, while the analytical model ranks the best known schedule of each
+problem in the seed library ahead of 93-100 % of random draws
+(bench/tune_gpu/analysis/round9_space_rank.json); on the measured 8192^3 table the survey
+takes the replay from P 0.60 to 0.76 (bench/search_table, round 9)."""
+SURVEY_DRAWS = 4096
+"""Random draws of the model's genes the survey ranks (the analytical model costs microseconds
+a schedule)."""
+SURVEY_TESTS = 256
+"""Legality tests the survey makes at most (a test is arithmetic or a memoised cheap verdict)."""
+SURVEY_BASES = 8
+"""Legal random drafts whose other genes (placements, warps) the survey's picks borrow."""
+FAMILY = ("tile_m", "tile_n", "cluster", "swap_ab", "split_k", "stream_k")
+"""The genes that make a schedule family for the survey: its tile, cluster and decomposition."""
 
 Params = dict[str, Any]
 Completer = Callable[[Mapping[str, Any], random.Random], Params]
 """``(params, rng) -> full params``: fills in what ``params`` leaves open (a conditional knob
 a move brought in) and drops what the space would not ask."""
 Coupler = Callable[[Mapping[str, Any], Collection[str]], Params]
+Repairer = Callable[[Mapping[str, Any], Collection[str]], "Params | None"]
+"""``(params, keep) -> params or None``: the nearest legal params with the knobs in ``keep``
+left as they are."""
 """``(params, moved) -> params``: what the knobs in ``moved`` now require of the others."""
 
 
@@ -139,11 +162,14 @@ class Evolution:
                  random_share: float = RANDOM_SHARE,
                  generations: int = GENERATIONS,
                  couple: Coupler | None = None,
-                 universe: Sequence[Mapping[str, Any]] | None = None) -> None:
+                 universe: Sequence[Mapping[str, Any]] | None = None,
+                 survey: int | None = None,
+                 repair: Repairer | None = None) -> None:
         self.universe = [dict(p) for p in universe] if universe is not None else None
         """A finite set to propose from (a measured table, in a simulation): a move then
         goes to the unseen members nearest a parent (fewest knobs different)."""
         self.choices = {name: tuple(values) for name, values in choices.items()}
+        self.seed = seed
         self.rng = random.Random(seed)
         self.complete = complete or _plain
         self.legal = legal
@@ -159,6 +185,11 @@ class Evolution:
         self._completed: dict[tuple[tuple[str, str], ...], Params] = {}
         self._legal: dict[tuple[tuple[str, str], ...], bool] = {}
         self._fitted_on = -1
+        self.survey = SURVEY if survey is None else survey
+        self.repair = repair
+        """The nearest params in the space's declared legal set with some knobs kept, or None
+        (the driver's ``Proposer.nearest_legal``); the survey uses it."""
+        self._survey: list[Params] | None = None
         self.last: dict[str, Any] = {}
         """How the last proposal was made (``how``, ``pool``, ``predicted``): for the trial's
         user attributes and the tests."""
@@ -282,6 +313,95 @@ class Evolution:
         order = sorted(range(len(entries)), key=lambda i: (predicted[i], i))
         return [(entries[i], float(predicted[i])) for i in order]
 
+    def surveyed(self) -> list[Params]:
+        """The survey (see :data:`SURVEY`): per family, the best legal schedule the model ranks,
+        best first; made once, on the first call, with the model as fitted then (analytical
+        in a fresh study). Empty where the model reads no gene of a family.
+
+        The model's genes alone are searched first (they are all it ranks, and it costs
+        microseconds a schedule): :data:`SURVEY_DRAWS` random draws, the best of each family
+        improved one gene at a time (:meth:`_improve`). The best families are then made legal:
+        a random draft is rarely legal as a whole (placements, warps and stages must fit
+        together), so the model's genes are put on the other genes of a legal random draft
+        (:data:`SURVEY_BASES`), and what is still illegal is repaired (``repair``: the
+        driver's, nearest legal values first) with its family kept. In a
+        simulation (``universe``) the survey is the best member of each family."""
+        if self._survey is not None:
+            return self._survey
+        self._survey = []
+        reads = [name for name in self.model.reads if name in self.choices]
+        if not self.survey or not any(name in reads for name in FAMILY):
+            return self._survey
+        if self.universe is not None:
+            self._survey = self._best_per_family(self.universe)[: self.survey]
+            return self._survey
+        # An RNG of its own: the survey does not shift the draws of the search after it.
+        rng = random.Random(zlib.crc32(f"survey:{self.seed}".encode()))
+        genes = {name: self.choices[name] for name in reads}
+        couple = self.couple or (lambda params, moved: dict(params))
+        draws = [couple(random_params(genes, rng), ()) for _ in range(SURVEY_DRAWS)]
+        leaders = self._best_per_family(draws)[: self.survey * 2]
+        improved = self._best_per_family([self._improve(p, genes, couple) for p in leaders])
+        tests = 0
+        bases: list[Params] = []
+        while len(bases) < SURVEY_BASES and tests < SURVEY_TESTS // 2:
+            full = self._complete(random_params(self.choices, rng))
+            tests += 1
+            if self._is_legal(full):
+                bases.append(full)
+        for j, chosen in enumerate(improved):
+            if len(self._survey) >= self.survey or tests >= SURVEY_TESTS or not bases:
+                break
+            family = tuple(repr(chosen.get(name)) for name in FAMILY)
+            full = self._complete({**bases[j % len(bases)], **chosen})
+            tests += 1
+            if not self._is_legal(full) and self.repair is not None:
+                # The model cannot see every rule (stages for SMEM, registers for the layout):
+                # the nearest legal schedule, as the driver repairs every proposal.
+                repaired = self.repair(full, FAMILY)
+                full = self._complete(repaired) if repaired is not None else full
+                tests += 1
+            if self._is_legal(full) and tuple(repr(full.get(n)) for n in FAMILY) == family:
+                self._survey.append(full)
+        if self._survey:
+            predicted = self.model.predict(self._survey)
+            self._survey = [self._survey[i] for i in sorted(range(len(self._survey)),
+                                                            key=lambda i: (predicted[i], i))]
+        return self._survey
+
+    def _best_per_family(self, candidates: Sequence[Mapping[str, Any]]) -> list[Params]:
+        """The model's best of each family among ``candidates``, best family first."""
+        if not candidates:
+            return []
+        predicted = self.model.predict(list(candidates))
+        best: dict[tuple[str, ...], Params] = {}
+        for i in sorted(range(len(candidates)), key=lambda i: (predicted[i], i)):
+            family = tuple(repr(candidates[i].get(name)) for name in FAMILY)
+            best.setdefault(family, dict(candidates[i]))
+        return list(best.values())
+
+    def _improve(self, params: Params, genes: Mapping[str, Sequence[Any]],
+                 couple: Coupler) -> Params:
+        """``params`` improved by the model one gene at a time, its family's genes kept: each
+        other gene in turn moved to its best value where that is strictly better, twice over.
+        A gene the model is indifferent to keeps its drawn value (a tie broken towards the
+        first choice would pick the fewest stages and registers every time)."""
+        current = dict(params)
+        for _ in range(2):
+            for name, values in genes.items():
+                if name in FAMILY:
+                    continue
+                options = [couple({**current, name: value}, (name,)) for value in values]
+                options = [o for o in options
+                           if all(repr(o.get(f)) == repr(current.get(f)) for f in FAMILY)]
+                if not options:
+                    continue
+                predicted = self.model.predict([current, *options])
+                best = min(range(len(options)), key=lambda i: (predicted[i + 1], i))
+                if predicted[best + 1] < predicted[0] - 1e-9:
+                    current = options[best]
+        return current
+
     # -- proposing ------------------------------------------------------------------------
     def propose(self, history: Sequence[Observation],
                 pending: Sequence[Mapping[str, Any]] = ()) -> Params:
@@ -295,6 +415,13 @@ class Evolution:
         seen = {params_key(o.params) for o in history} | {params_key(p) for p in pending}
         measured = [o for o in history if o.value is not None and math.isfinite(o.value)]
         self._fit(measured)
+        survey = self.surveyed()
+        for rank, full in enumerate(survey):
+            if params_key(full) not in seen:
+                self.last = {"how": "survey", "pool": len(survey), "rank": rank,
+                             "predicted": float(self.model.predict([full])[0]),
+                             "learned": self.model.learned}
+                return dict(full)
         parents = sorted(measured, key=lambda o: o.value)  # type: ignore[arg-type, return-value]
         best_of: dict[tuple[tuple[str, str], ...], Observation] = {}
         for o in parents:  # a genome measured twice breeds once
@@ -434,15 +561,18 @@ def _evolve_sampler_class() -> type:
                 self.evolution.legal = legal
 
         def bind(self, space: SearchSpace, problem: Problem,
-                 legal: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
+                 legal: Callable[[Mapping[str, Any]], bool] | None = None,
+                 repair: Repairer | None = None) -> None:
             """Plans completed through ``space`` for ``problem``, ranked with its sizes, and
-            kept in its declared legal set (``legal``, else the space's own factors)."""
+            kept in its declared legal set (``legal``, else the space's own factors);
+            ``repair`` (the driver's) makes the survey's picks legal."""
             self.evolution.complete = space_completer(space, problem, self.view)
             self.evolution.couple = space.coupled
             self.evolution.model.sizes = dict(problem.sizes)
             if legal is None:
                 legal = declared_legal(space, problem)
             self.evolution.legal = legal
+            self.evolution.repair = repair
 
         # -- Optuna's interface -----------------------------------------------------------
         def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -179,7 +179,15 @@ class Proposer:
             self._known.append(found)
         return found, True, tests
 
-    def _solve(self, params: Mapping[str, Any], budget: int) -> tuple[dict[str, Any] | None, int]:
+    def nearest_legal(self, params: Mapping[str, Any],
+                      keep: Collection[str] = ()) -> dict[str, Any] | None:
+        """The nearest params every factor accepts with the knobs in ``keep`` left as they are
+        (the repair's search, within its budget), or None."""
+        found, _ = self._solve(params, self.budget, frozenset(keep))
+        return found
+
+    def _solve(self, params: Mapping[str, Any], budget: int,
+               keep: frozenset[str] = frozenset()) -> tuple[dict[str, Any] | None, int]:
         tests = 0
         salt = _digest(sorted(params.items(), key=lambda kv: kv[0]))
 
@@ -189,7 +197,7 @@ class Proposer:
                 return current
             factor = self.factors[i]
             dead_ends = 0
-            for change in self._nearest(factor, current, salt):
+            for change in self._nearest(factor, current, salt, keep):
                 if tests >= budget:
                     return None
                 candidate = {**current, **change}
@@ -234,11 +242,12 @@ class Proposer:
                 return candidate, tests
         return None, tests
 
-    def _nearest(self, factor: Factor, params: Mapping[str, Any],
-                 salt: int) -> Iterator[dict[str, Any]]:
-        """Values of the factor's knobs (those ``params`` has), nearest first: the current
-        ones, then by knobs changed, then by ordinal distance (index in the choices)."""
-        names = [n for n in factor.knobs if n in params and n in self.choices]
+    def _nearest(self, factor: Factor, params: Mapping[str, Any], salt: int,
+                 keep: frozenset[str] = frozenset()) -> Iterator[dict[str, Any]]:
+        """Values of the factor's knobs (those ``params`` has, less ``keep``), nearest first:
+        the current ones, then by knobs changed, then by ordinal distance (index in the
+        choices)."""
+        names = [n for n in factor.knobs if n in params and n in self.choices and n not in keep]
         yield {}
         options = [self.choices[n] for n in names]
         if not names or not all(options):
