@@ -184,3 +184,23 @@ def test_stream_k_is_ranked_as_measured_beside_its_data_parallel_twin() -> None:
                 agree += (ratio > dp[1]) == (relative < dp[2])
                 checked += 1
     assert checked >= 8 and agree >= checked - 1, (agree, checked)
+
+
+def test_a_cluster_wider_than_the_tiles_counts_its_empty_ctas() -> None:
+    # The grid runs whole clusters (GemmConfig.grid): at M = 128 a 128-row tile in a 2x1
+    # cluster launches a second CTA per cluster that loads zeros and runs the whole K loop.
+    # Round 9 on the H200 measured such schedules at 0.11-0.80x at 128x8192x8192; before the
+    # rounding the estimate ranked them first (multicast halving B's traffic). With it, over
+    # every committed study, the estimate's rank correlation with the paired ratios rose at
+    # every decode shape (128x8192x8192: 0.29 -> 0.56; bench/tune_gpu/analysis/round9_model_rank*).
+    base = {"tile_m": 128, "tile_n": 64, "tile_k": 64, "stages": 8, "consumers": 2,
+            "persistent": True, "epilogue": "tma_store"}
+    decode = {"m": 128, "n": 8192, "k": 8192}
+    alone = gemm_estimate({**base, "cluster": "1x1"}, decode)
+    padded = gemm_estimate({**base, "cluster": "2x1"}, decode)
+    assert alone is not None and padded is not None
+    assert padded.relative > 1.5 * alone.relative
+    # Two real tiles along M share the cluster: no empty CTA, and multicast pays.
+    pair = {"m": 256, "n": 8192, "k": 8192}
+    one, two = (gemm_estimate({**base, "cluster": c}, pair) for c in ("1x1", "2x1"))
+    assert one is not None and two is not None and two.relative <= one.relative

@@ -185,7 +185,9 @@ def main() -> int:
         if w and sz["m"] <= 128 and w.get("median_us"):
             nbytes = 2 * (sz["m"] * sz["k"] + sz["n"] * sz["k"] + sz["m"] * sz["n"])
             hbm = f"{nbytes / (w['median_us'] * 1e-6) / 1e12 / HBM_TBS:.0%}"
-        lib = "off" if "nolib" in s["study"] else "on"
+        lib = "off" if "nolib" in s["study"] or any(
+            p.get("name") == s["study"] and "--no-library" in p.get("command", "")
+            for p in plans) else "on"
         ratio = (f"{w['ratio']:.3f} [{w['lo']:.3f}, {w['hi']:.3f}]" if w.get("lo") is not None
                  else (f"{w['ratio']:.3f}" if w else "-"))
         if cpu is None:  # nothing built: nothing to account for

@@ -110,7 +110,12 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
 
     k_part = -(-k // split)
     k_steps = max(1, -(-k_part // tile_k))
-    tiles_m, tiles_n = -(-m // cta_m), -(-n // cta_n)
+    # The grid runs whole clusters: a cluster wider than the problem's tiles adds CTAs that
+    # load zeros and run their whole K loop (the kernel's ``overhang``), e.g. tile_m 128 in a
+    # 2x1 cluster at M = 128 doubles the CTAs (measured at 0.11-0.80x on the H200,
+    # bench/tune_gpu round 9).
+    tiles_m = -(-(-(-m // cta_m)) // cm) * cm
+    tiles_n = -(-(-(-n // cta_n)) // cn) * cn
     if persistent and _int(genes, "swizzle", 1) > 1:
         # The scheduler rounds the clusters across its raster up to whole swizzle bands, and
         # walks the empty tiles through their whole K loop.

@@ -418,7 +418,8 @@ class Driver:
     def _measure_priority(self, tag: Any) -> float | None:
         """A queued candidate's rank for the GPU: the sampler's predicted time for its trial.
         None (first come, first measured, before every ranked one) for re-measurements, the
-        seed, a sampler that does not predict, and the genomes a study was started from (origin
+        seed, a sampler that does not predict (or predicts nothing for the trial: evolve's
+        survey), and the genomes a study was started from (origin
         ``warm_start``: the seed library's and nearby studies' best): they are measured evidence of what is
         best, which the model must not overrule (a fresh 8192^3 study on the H200 never
         measured the library's best genome, a stream-K kernel the analytical estimate ranks

@@ -73,9 +73,10 @@ RERANK = 8
 SURVEY = 8
 """Schedule families the first proposals of a study survey, one each: the best legal schedule
 the cost model ranks in each :data:`FAMILY` among :data:`SURVEY_DRAWS` random drafts, best
-family first. Measured early, they give the learned model evidence from across the space
-before the one-gene moves narrow it to the first basin measured, and a shape that no
-library entry covers starts from the model's picks rather than from random draws. On the
+family first. Measured as they are built (:meth:`Evolution.predicted` ranks none of them),
+they give the learned model evidence from across the space before the one-gene moves narrow
+it to the first basin measured, and a shape that no library entry covers starts from the
+model's picks rather than from random draws. On the
 H200, round 6's studies spent half of their first random draws on stream-K schedules at
 0.2-0.8x at decode shapes, while the analytical model ranks the best known schedule of each
 problem in the seed library ahead of 93-100 % of random draws
@@ -486,8 +487,13 @@ class Evolution:
 
     def predicted(self, params: Mapping[str, Any]) -> float | None:
         """The model's prediction for ``params`` as fitted now (log relative time; lower is
-        faster), or None where it has nothing to go on."""
+        faster), or None where it has nothing to go on, and for the survey's picks: they are
+        what a study starts from, measured as they come (a driver ranks what waits for the
+        GPU by this; on the H200, ranked by the model fitted to the first few, most of round
+        9's surveys waited behind the descent's proposals until the time ran out)."""
         if not params:
+            return None
+        if self._survey and params_key(params) in {params_key(p) for p in self._survey}:
             return None
         value = float(self.model.predict([dict(params)])[0])
         return value if math.isfinite(value) else None
