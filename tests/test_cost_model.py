@@ -192,7 +192,7 @@ def test_a_cluster_wider_than_the_tiles_counts_its_empty_ctas() -> None:
     # Round 9 on the H200 measured such schedules at 0.11-0.80x at 128x8192x8192; before the
     # rounding the estimate ranked them first (multicast halving B's traffic). With it, over
     # every committed study, the estimate's rank correlation with the paired ratios rose at
-    # every decode shape (128x8192x8192: 0.29 -> 0.56; bench/tune_gpu/analysis/round9_model_rank*).
+    # every decode shape (128x8192x8192: 0.27 -> 0.54; bench/tune_gpu/analysis/round9_model_rank*).
     base = {"tile_m": 128, "tile_n": 64, "tile_k": 64, "stages": 8, "consumers": 2,
             "persistent": True, "epilogue": "tma_store"}
     decode = {"m": 128, "n": 8192, "k": 8192}

@@ -114,8 +114,8 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
     # load zeros and run their whole K loop (the kernel's ``overhang``), e.g. tile_m 128 in a
     # 2x1 cluster at M = 128 doubles the CTAs (measured at 0.11-0.80x on the H200,
     # bench/tune_gpu round 9).
-    tiles_m = -(-(-(-m // cta_m)) // cm) * cm
-    tiles_n = -(-(-(-n // cta_n)) // cn) * cn
+    tiles_m = math.ceil(math.ceil(m / cta_m) / cm) * cm
+    tiles_n = math.ceil(math.ceil(n / cta_n) / cn) * cn
     if persistent and _int(genes, "swizzle", 1) > 1:
         # The scheduler rounds the clusters across its raster up to whole swizzle bands, and
         # walks the empty tiles through their whole K loop.

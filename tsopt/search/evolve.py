@@ -79,8 +79,8 @@ it to the first basin measured, and a shape that no library entry covers starts 
 model's picks rather than from random draws. On the
 H200, round 6's studies spent half of their first random draws on stream-K schedules at
 0.2-0.8x at decode shapes, while the analytical model ranks the best known schedule of each
-problem in the seed library ahead of 93-100 % of random draws
-(bench/tune_gpu/analysis/round9_space_rank.json); on the measured 8192^3 table the survey
+problem in the seed library ahead of 93-100 % of random draws (but 32x4096x4096, whose only
+entry runs at 0.57x: 45 %; bench/tune_gpu/analysis/round9_space_rank.json); on the measured 8192^3 table the survey
 takes the replay from P 0.60 to 0.76 (bench/search_table, round 9)."""
 SURVEY_DRAWS = 4096
 """Random draws of the model's genes the survey ranks (the analytical model costs microseconds
