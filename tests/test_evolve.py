@@ -415,27 +415,31 @@ def test_the_first_proposals_survey_the_model_s_best_families(gemm_space) -> Non
     assert evolution.last["how"] != "survey"
 
 
+class _TilesOnly:
+    """A stand-in cost model (survey tests): bigger tiles are faster; it reads the stages too
+    but cannot tell them apart."""
+
+    reads = ("tile_m", "tile_n", "stages")
+    learned = False
+
+    def fit(self, genes: Any, values: Any) -> _TilesOnly:
+        return self
+
+    def predict(self, genes: Any) -> Any:
+        import numpy as np
+
+        return np.array([-float(g["tile_m"] * g["tile_n"]) for g in genes])
+
+
 def test_the_survey_keeps_the_genes_the_model_cannot_tell_apart() -> None:
     # Improving a family's pick one gene at a time, a gene the model is indifferent to keeps
     # its drawn value: broken towards the first choice, every pick had the fewest stages
     # (on the 8192^3 table the survey's first measurements were 3-stage schedules at 0.55x).
     choices = {"tile_m": (64, 128), "tile_n": (64, 128), "stages": (2, 3, 4, 5, 6, 7, 8)}
 
-    class TilesOnly:
-        reads = ("tile_m", "tile_n", "stages")
-        learned = False
-
-        def fit(self, genes: Any, values: Any) -> TilesOnly:
-            return self
-
-        def predict(self, genes: Any) -> Any:
-            import numpy as np
-
-            return np.array([-float(g["tile_m"] * g["tile_n"]) for g in genes])
-
     stages = set()
     for seed in range(6):
-        survey = Evolution(choices, seed, model=TilesOnly()).surveyed()  # type: ignore[arg-type]
+        survey = Evolution(choices, seed, model=_TilesOnly()).surveyed()  # type: ignore[arg-type]
         tiles = [(p["tile_m"], p["tile_n"]) for p in survey]  # one per family, best first
         assert (tiles[0], set(tiles[1:3]), tiles[3]) == ((128, 128), {(64, 128), (128, 64)},
                                                          (64, 64)), tiles
@@ -451,19 +455,7 @@ def test_the_survey_s_picks_wait_for_no_ranking() -> None:
     # survey picks never measured at 64x4096x4096).
     choices = {"tile_m": (64, 128), "tile_n": (64, 128), "stages": (2, 3, 4)}
 
-    class TilesOnly:
-        reads = ("tile_m", "tile_n", "stages")
-        learned = False
-
-        def fit(self, genes: Any, values: Any) -> TilesOnly:
-            return self
-
-        def predict(self, genes: Any) -> Any:
-            import numpy as np
-
-            return np.array([-float(g["tile_m"] * g["tile_n"]) for g in genes])
-
-    evolution = Evolution(choices, 0, model=TilesOnly())  # type: ignore[arg-type]
+    evolution = Evolution(choices, 0, model=_TilesOnly())  # type: ignore[arg-type]
     first = evolution.propose([])
     assert evolution.last["how"] == "survey"
     assert evolution.predicted(first) is None
