@@ -76,12 +76,14 @@ the cost model ranks in each :data:`FAMILY` among :data:`SURVEY_DRAWS` random dr
 family first. Measured as they are built (:meth:`Evolution.predicted` ranks none of them),
 they give the learned model evidence from across the space before the one-gene moves narrow
 it to the first basin measured, and a shape that no library entry covers starts from the
-model's picks rather than from random draws. On the
-H200, round 6's studies spent half of their first random draws on stream-K schedules at
-0.2-0.8x at decode shapes, while the analytical model ranks the best known schedule of each
-problem in the seed library ahead of 93-100 % of random draws (but 32x4096x4096, whose only
-entry runs at 0.57x: 45 %; bench/tune_gpu/analysis/round9_space_rank.json); on the measured 8192^3 table the survey
-takes the replay from P 0.60 to 0.76 (bench/search_table, round 9)."""
+model's picks rather than from random draws. On the H200, round 6's studies spent half of
+their first random draws on stream-K schedules at 0.2-0.8x at decode shapes, while the
+analytical model ranks the best known schedule of each problem in the seed library ahead of
+93-100 % of random draws (but 32x4096x4096, whose only entry runs at 0.57x: 45 %;
+bench/tune_gpu/analysis/round9_space_rank.json); on the measured 8192^3 table the survey
+takes the replay from P 0.60 to 0.76 (bench/search_table, round 9). Where the model's best
+families measure poorly (128x8192x8192: 4-CTA clusters, tile_k 32), the survey does not
+help: bench/tune_gpu, round 9."""
 SURVEY_DRAWS = 4096
 """Random draws of the model's genes the survey ranks (the analytical model costs microseconds
 a schedule)."""
@@ -97,10 +99,10 @@ Completer = Callable[[Mapping[str, Any], random.Random], Params]
 """``(params, rng) -> full params``: fills in what ``params`` leaves open (a conditional knob
 a move brought in) and drops what the space would not ask."""
 Coupler = Callable[[Mapping[str, Any], Collection[str]], Params]
+"""``(params, moved) -> params``: what the knobs in ``moved`` now require of the others."""
 Repairer = Callable[[Mapping[str, Any], Collection[str]], "Params | None"]
 """``(params, keep) -> params or None``: the nearest legal params with the knobs in ``keep``
 left as they are."""
-"""``(params, moved) -> params``: what the knobs in ``moved`` now require of the others."""
 
 
 @dataclass(frozen=True)
