@@ -126,7 +126,8 @@ SHIPPED_EVIDENCE = (
     "bench/tune_h200/studies.json", "bench/copy_h200/copy-*-fenced/results.json",
     "bench/gridstride_h200/results-*.json", "bench/tune_gpu/results*/studies*.db.tar.xz",
     "bench/tune_gpu/results*/crosscheck*/cc-*.results.json", "bench/tune_gpu/known*.json",
-    "bench/stream_k/round*/sk-*.results.json", "bench/gemm_small_h200/gemm-small-*.results.json")
+    "bench/stream_k/round*/sk-*.results.json", "bench/gemm_small_h200/gemm-small-*.results.json",
+    "bench/targets_h200/results*/*.results.json", "bench/targets_h200/results*/*.db.tar.xz")
 """The committed evidence the shipped library is made from (globs, from the repository root)."""
 
 STUDY_ARCHIVES = (".db", ".tar.xz")
