@@ -26,7 +26,7 @@ import os
 import socket
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -758,6 +758,37 @@ class Store:
                     TsSearchRow.tool_version == search.tool_version))
 
             self._insert_or_get(session, fresh, lookup)
+
+    def record_searches(self, searches: Iterable[TsSearch]) -> int:
+        """Keep every search of ``searches`` not kept yet, in one transaction (the shipped memo
+        a study starts with, ``tsopt.search.ts_memo``); how many were new. A concurrent writer
+        of the same keys is met by keeping them one by one (:meth:`record_search`)."""
+        wanted = {search.key: search for search in searches}
+        if not wanted:
+            return 0
+        versions = sorted({key[3] for key in wanted})
+        try:
+            with self._writing() as session:
+                kept = {tuple(row) for row in session.execute(select(
+                    TsSearchRow.space, TsSearchRow.schedule, TsSearchRow.aliasing,
+                    TsSearchRow.tool_version).where(TsSearchRow.tool_version.in_(versions)))}
+                fresh = [s for key, s in wanted.items() if tuple(key) not in kept]
+                session.add_all([TsSearchRow(space=s.space, schedule=s.schedule,
+                                             aliasing=s.aliasing, tool_version=s.tool_version,
+                                             error=s.error, bounded=s.bounded, seconds=s.seconds)
+                                 for s in fresh])
+            return len(fresh)
+        except IntegrityError:
+            before = self.search_count()
+            for search in wanted.values():
+                self.record_search(search)
+            return self.search_count() - before
+
+    def searches(self) -> list[TsSearch]:
+        """Every search kept, oldest first (the evidence the shipped memo is made from)."""
+        with self._reading() as session:
+            rows = session.scalars(select(TsSearchRow).order_by(TsSearchRow.id)).all()
+            return [queries.search_record(row) for row in rows]
 
     def search_count(self) -> int:
         """Exhaustive searches kept."""

@@ -22,6 +22,12 @@ repository root::
                    Path('tsopt/data/seed_library.json'), Console())"
 
 (the copy's unfenced ``copy-*-r1`` rounds are left out: that template had a race). The
+shipped TS search memo (``tsopt/data/ts_searches.json``, :mod:`tsopt.search.ts_memo`) is
+remade from the same evidence, keeping the searches of each space's current verifier version::
+
+    python -c "from tsopt.app.library import SHIPPED_EVIDENCE, evidence_files, ts_memo_update; \
+    print(ts_memo_update(evidence_files(SHIPPED_EVIDENCE)))"
+ The
 studies' archives give each study's best three by its standing; the cross-checks re-measured
 studies' winners beside hand-made schedules (``bench/stream_k``), so the library holds the
 best known schedule of a problem whoever found it, and its ``source`` says which: a study
@@ -38,7 +44,8 @@ import shutil
 import statistics
 import tarfile
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +56,7 @@ from rich.table import Table
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, ProblemError, parse_problem_spec
+from tsopt.core.records import TsSearch
 from tsopt.search.library import (
     LibraryEntry,
     entries_from_store,
@@ -58,6 +66,8 @@ from tsopt.search.library import (
     save_library,
     shape_class,
 )
+from tsopt.search.ts_memo import SHIPPED as SHIPPED_MEMO
+from tsopt.search.ts_memo import write_memo
 
 
 def _read(path: Path) -> Any:
@@ -138,12 +148,10 @@ def _is_study_archive(path: Path) -> bool:
     return any(path.name.endswith(suffix) for suffix in STUDY_ARCHIVES)
 
 
-def entries_from_archive(path: Path, name: str) -> list[LibraryEntry]:
-    """The best of every study in a committed SQLite database or a ``tar.xz`` of them, each
-    entry's source naming the archive and the study (``name: study S (S.db)``). The archive
-    is unpacked into a scratch folder; the committed file is never opened for writing."""
-    from tsopt.db.store import Store
-
+@contextmanager
+def _study_databases(path: Path) -> Iterator[list[Path]]:
+    """The SQLite files of a committed study database or ``tar.xz`` of them, copied or
+    unpacked into a scratch folder (the committed file is never opened for writing)."""
     with tempfile.TemporaryDirectory(prefix="tsopt-evidence-") as scratch:
         if path.name.endswith(".db"):
             files = [Path(shutil.copy(path, scratch))]
@@ -157,13 +165,51 @@ def entries_from_archive(path: Path, name: str) -> list[LibraryEntry]:
             files = sorted(Path(scratch).rglob("*.db"))
         if not files:
             raise UserInputError(f"--evidence {path}: holds no study database (*.db)")
-        found: list[LibraryEntry] = []
+        yield files
+
+
+def entries_from_archive(path: Path, name: str) -> list[LibraryEntry]:
+    """The best of every study in a committed SQLite database or a ``tar.xz`` of them, each
+    entry's source naming the archive and the study (``name: study S (S.db)``)."""
+    from tsopt.db.store import Store
+
+    found: list[LibraryEntry] = []
+    with _study_databases(path) as files:
         for db in files:
             with Store(f"sqlite:///{db}") as store:
                 for entry in entries_from_store(store, [s.name for s in store.list_studies()]):
                     study = entry.source.removeprefix("study ")
                     found.append(replace(entry, source=f"{name}: study {study} ({db.name})"))
-        return found
+    return found
+
+
+def searches_from_evidence(paths: Sequence[Path]) -> list[TsSearch]:
+    """The TS exhaustive searches kept by the committed study archives among ``paths`` whose
+    verifier version is the current one of their space (older ones can never be used)."""
+    from tsopt.core.registry import SPACES, get_space
+    from tsopt.db.store import Store
+    from tsopt.verify.verifier import verifier_version
+
+    current = {name: verifier_version(get_space(name)) for name in SPACES}
+    found: dict[tuple[str, str, str, str], TsSearch] = {}
+    for path in paths:
+        if not _is_study_archive(path):
+            continue
+        with _study_databases(path) as files:
+            for db in files:
+                with Store(f"sqlite:///{db}") as store:
+                    for search in store.searches():
+                        if current.get(search.space) == search.tool_version:
+                            found.setdefault(search.key, search)
+    return list(found.values())
+
+
+def ts_memo_update(paths: Sequence[Path], out: Path = SHIPPED_MEMO) -> int:
+    """Remake the shipped TS search memo (``tsopt.search.ts_memo``) from the committed
+    evidence; how many searches it holds."""
+    searches = searches_from_evidence(paths)
+    write_memo(searches, out)
+    return len(searches)
 
 
 def entries_from_evidence(paths: Sequence[Path], arch: str = "sm_90a",

@@ -78,6 +78,7 @@ from tsopt.search.pools.protocol import BuildDone, BuildPool, MeasureDone, Measu
 from tsopt.search.pools.serial import SerialBuildPool
 from tsopt.search.progress import TuneProgress, TuneStats, print_summary
 from tsopt.search.request import TuneRequest
+from tsopt.search.ts_memo import seed_store
 
 if TYPE_CHECKING:
     from tsopt.core.space import SearchSpace
@@ -261,6 +262,11 @@ class Driver:
             self.console.print(f"study {self.name} was killed (its last run was last heard of "
                                f"at {when}): resuming it", highlight=False)
         others = self.store.start_run(self.name, self.run_id)
+        shipped = seed_store(self.store, space)
+        if shipped:
+            self.console.print(f"TS search memo: {shipped} exhaustive searches of committed "
+                               "studies (this verifier version) added to the database",
+                               highlight=False)
         if others:
             self.console.print(f"study {self.name}: {others} other run{'s' if others != 1 else ''}"
                                " at work on it; sharing its trials", highlight=False)

@@ -1,0 +1,85 @@
+"""The shipped TS search memo: TS's exhaustive interleaving searches already run, which a new
+study's database starts with.
+
+The verifier memoises TS's exhaustive deadlock/race search (seconds to tens of seconds of CPU
+on a deep or persistent pipeline) by the space's schedule key, the skeleton's SMEM aliasing
+and the verifier's version (``tsopt.verify.verifier``: its code, the space's, the DSL's), and
+the database shares each search across workers and studies. A study on a fresh database
+would still run every search again that the committed studies have run. This memo ships
+them: ``tsopt/data/ts_searches.json`` holds the searches of every committed study archive
+(``tsopt.app.library.SHIPPED_EVIDENCE``), and :func:`seed_store` copies into a study's
+database those of the space's current verifier version, so the driver sends them to its
+workers like any search the database holds. A search of another version (an edited check,
+kernel template or DSL) is never used: its key does not match, and it is not copied.
+
+Remade from the evidence by ``tsopt.app.library.ts_memo_update`` (the command is in its
+docstring). ``TSOPT_TS_MEMO`` names another file; ``TSOPT_TS_MEMO=none`` ships nothing (a
+study that measures the verifier's cold cost).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tsopt.core.errors import UserInputError
+from tsopt.core.records import TsSearch
+
+if TYPE_CHECKING:
+    from tsopt.core.space import SearchSpace
+    from tsopt.db.store import Store
+
+FORMAT = "tsopt-ts-searches-1"
+MEMO_ENV = "TSOPT_TS_MEMO"
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "ts_searches.json"
+
+
+def memo_path(path: Path | str | None = None) -> Path | None:
+    """The memo file: ``path``, else ``TSOPT_TS_MEMO``, else the shipped one; None when the
+    environment says ``none``."""
+    chosen = path if path is not None else os.environ.get(MEMO_ENV) or SHIPPED
+    if str(chosen).lower() == "none":
+        return None
+    return Path(chosen)
+
+
+def load_memo(path: Path | str | None = None) -> list[TsSearch]:
+    """Every search of the memo file (none when it does not exist or is switched off).
+    Raises UserInputError naming the file and the first bad entry."""
+    where = memo_path(path)
+    if where is None or not where.exists():
+        return []
+    try:
+        doc = json.loads(where.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserInputError(f"TS search memo {where}: not readable JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise UserInputError(f"TS search memo {where}: not a {FORMAT} file")
+    searches = []
+    for i, item in enumerate(doc.get("searches", [])):
+        try:
+            searches.append(TsSearch.from_dict(item))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise UserInputError(f"TS search memo {where}: search {i}: {exc}") from None
+    return searches
+
+
+def write_memo(searches: list[TsSearch], path: Path) -> None:
+    """Write ``searches`` as a memo file, one per key, in a stable order."""
+    unique = {s.key: s for s in searches}
+    doc = {"format": FORMAT,
+           "doc": "TS exhaustive searches run by committed studies; see tsopt/search/ts_memo.py",
+           "searches": [unique[k].to_dict() for k in sorted(unique)]}
+    path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
+
+
+def seed_store(store: Store, space: SearchSpace, path: Path | str | None = None) -> int:
+    """Copy the memo's searches of ``space`` at its current verifier version into ``store``
+    (those it does not hold yet); how many were new."""
+    from tsopt.verify.verifier import verifier_version
+
+    version = verifier_version(space)
+    mine = [s for s in load_memo(path) if s.space == space.name and s.tool_version == version]
+    return store.record_searches(mine) if mine else 0
