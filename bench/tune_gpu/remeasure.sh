@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # On a GPU machine (torch only): measure bundles again, PASSES times each in turn, and pack
-# their results and logs into one archive (a device call brings back few files).
+# their results and logs into one archive (a device call brings back few files). A pass after
+# the first starts only before LATER_PASSES_BEFORE seconds (default: no limit).
 #     PASSES=2 bash bench/tune_gpu/remeasure.sh OUT_ARCHIVE BUNDLE...
 set -u
 archive=${1:?usage: remeasure.sh OUT_ARCHIVE BUNDLE...}; shift
 work=$(mktemp -d)
 start=$SECONDS
 for pass in $(seq 1 "${PASSES:-1}"); do
+  if [ "$pass" -gt 1 ] && [ -n "${LATER_PASSES_BEFORE:-}" ] \
+      && [ $((SECONDS - start)) -ge "$LATER_PASSES_BEFORE" ]; then
+    echo "no pass $pass: $((SECONDS - start)) s gone"; break
+  fi
   for bundle in "$@"; do
     name=$(basename "$bundle")
     rm -f "$bundle/results.json"

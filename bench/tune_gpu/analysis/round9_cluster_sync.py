@@ -30,11 +30,11 @@ STEP = "    step = max(step_compute, step_memory, step_latency, step_hbm)"
 VALUES = [(0, 0), (0, 25), (0, 50), (0, 100), (50, 50)]
 
 
-def variant(base_ns: int, per_cta_ns: int):  # type: ignore[no-untyped-def]
+def patched_model(name: str, step_line: str):  # type: ignore[no-untyped-def]
+    """The cost model module with its K-step line replaced by ``step_line``."""
     source = (ROOT / "tsopt" / "search" / "cost_model.py").read_text()
-    assert STEP in source
-    source = source.replace(STEP, STEP + f" + {base_ns}e-9 + {per_cta_ns}e-9 * (cm * cn - 1)")
-    name = f"cost_model_sync_{base_ns}_{per_cta_ns}"
+    assert STEP in source, "cost_model.py's step line changed: update STEP"
+    source = source.replace(STEP, step_line)
     spec = importlib.util.spec_from_loader(name, loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
@@ -43,31 +43,47 @@ def variant(base_ns: int, per_cta_ns: int):  # type: ignore[no-untyped-def]
     return module
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+def variant(base_ns: int, per_cta_ns: int):  # type: ignore[no-untyped-def]
+    return patched_model(f"cost_model_sync_{base_ns}_{per_cta_ns}",
+                         STEP + f" + {base_ns}e-9 + {per_cta_ns}e-9 * (cm * cn - 1)")
+
+
+def rank_correlations(model) -> tuple[dict[str, float], float, float]:  # type: ignore[no-untyped-def]
+    """``model``'s estimate against (1) every committed study with at least 30 measured trials
+    (Spearman per problem, and their mean) and (2) the measured 8192^3 table."""
     with tempfile.TemporaryDirectory() as scratch:
         data = {k: v for k, v in measured(Path(scratch)).items() if len(v) >= 30}
     table = json.loads(lzma.open(ROOT / "bench/search_table/table-8192.json.xz").read())
     rows = [r for r in table["rows"] if r.get("ratio")]
+    studies = {}
+    for key, pairs in sorted(data.items()):
+        m, n, k = (int(x) for x in key.split("x"))
+        est = [-model.gemm_estimate(p, {"m": m, "n": n, "k": k}).relative for p, _ in pairs]
+        studies[key] = round(spearman(est, [r for _, r in pairs]), 3)
+    est = [-model.gemm_estimate(json.loads(r["key"]), {"m": 8192, "n": 8192, "k": 8192}).relative
+           for r in rows]
+    on_table = round(spearman(est, [r["ratio"] for r in rows]), 3)
+    return studies, round(sum(studies.values()) / len(studies), 3), on_table
+
+
+def sweep(values: list[tuple[int, int]], first: str, make, out: Path) -> None:  # type: ignore[no-untyped-def]
+    """For each ``(value, per CTA)`` of ``values``, the rank correlations of ``make``'s model,
+    printed and written to ``out`` (``first`` names the first value: base, floor)."""
     results = []
-    for base, per in VALUES:
-        model = variant(base, per)
-        studies = {}
-        for key, pairs in sorted(data.items()):
-            m, n, k = (int(x) for x in key.split("x"))
-            est = [-model.gemm_estimate(p, {"m": m, "n": n, "k": k}).relative for p, _ in pairs]
-            studies[key] = round(spearman(est, [r for _, r in pairs]), 3)
-        est = [-model.gemm_estimate(json.loads(r["key"]), {"m": 8192, "n": 8192, "k": 8192}).relative
-               for r in rows]
-        on_table = round(spearman(est, [r["ratio"] for r in rows]), 3)
-        mean = round(sum(studies.values()) / len(studies), 3)
-        results.append({"base_ns": base, "per_cta_ns": per, "studies_mean": mean,
+    for value, per in values:
+        studies, mean, on_table = rank_correlations(make(value, per))
+        results.append({f"{first}_ns": value, "per_cta_ns": per, "studies_mean": mean,
                         "studies": studies, "table_8192": on_table})
-        print(f"base {base} ns, per CTA {per} ns: studies mean {mean}, 8192^3 table {on_table}; "
-              + " ".join(f"{k}:{v}" for k, v in studies.items()), flush=True)
-    args.out.write_text(json.dumps({"values": results}, indent=1))
+        print(f"{first} {value} ns, per CTA {per} ns: studies mean {mean}, 8192^3 table "
+              f"{on_table}; " + " ".join(f"{k}:{v}" for k, v in studies.items()), flush=True)
+    out.write_text(json.dumps({"values": results}, indent=1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    sweep(VALUES, "base", variant, args.out)
     return 0
 
 
