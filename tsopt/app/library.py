@@ -22,17 +22,18 @@ repository root::
                    Path('tsopt/data/seed_library.json'), Console())"
 
 (the copy's unfenced ``copy-*-r1`` rounds are left out: that template had a race). The
-shipped TS search memo (``tsopt/data/ts_searches.json``, :mod:`tsopt.search.ts_memo`) is
-remade from the same evidence, keeping the searches of each space's current verifier version::
-
-    python -c "from tsopt.app.library import SHIPPED_EVIDENCE, evidence_files, ts_memo_update; \
-    print(ts_memo_update(evidence_files(SHIPPED_EVIDENCE)))"
- The
 studies' archives give each study's best three by its standing; the cross-checks re-measured
 studies' winners beside hand-made schedules (``bench/stream_k``), so the library holds the
 best known schedule of a problem whoever found it, and its ``source`` says which: a study
 (``...studies.db.tar.xz: study NAME``) or a file of measurements. A genome measured more than
 once keeps its newest paired figure.
+
+The shipped TS search memo (``tsopt/data/ts_searches.json``, :mod:`tsopt.search.ts_memo`) is
+remade from the same evidence, keeping the searches of each space's current verifier version
+(``tests/test_ts_memo.py`` remakes it and compares)::
+
+    python -c "from tsopt.app.library import SHIPPED_EVIDENCE, evidence_files, ts_memo_update; \
+    print(ts_memo_update(evidence_files(SHIPPED_EVIDENCE)))"
 """
 
 from __future__ import annotations
