@@ -222,6 +222,7 @@ def test_tsopt_export_of_a_measured_gemm(space, tmp_path: Path) -> None:  # type
     assert manifest["genome_hash"] == genome.hash and manifest["space"] == "gemm"
     assert manifest["measured"]["median_us"] == measured.median_us
     assert manifest["measured"]["device"] == "NVIDIA H200"
+    assert manifest["forward_progress"] == "none needed: no CTA waits for another CTA"
     source = (out / "kernel.py").read_text()
     assert f"{measured.median_us:.2f} us" in source  # the header states what was measured
     assert "cluster_m=2," in source and "persistent=True," in source

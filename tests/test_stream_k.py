@@ -156,3 +156,18 @@ def test_it_compiles_to_a_gpu_scope_handshake_and_a_library_that_owns_its_worksp
     assert "if (n != 3 ||" in shim
     assert f"cudaMalloc(&tsopt_workspace[d], {spec.workspace_bytes}ull)" in shim
     assert "cudaMemset(tsopt_workspace[d], 0" in shim
+
+
+def test_the_export_states_what_keeps_each_cross_cta_wait_from_hanging(space) -> None:
+    # Written into the export's manifest: stream-K relies on in-order dispatch (its CTAs wait
+    # only for lower-numbered ones), split-K on the cluster's co-scheduling; the rest have no
+    # cross-CTA wait. bench/forward_progress runs them beside a kernel holding SMs.
+    stream_k = space.forward_progress(space.genome(**STREAM_K))
+    assert "lower-numbered" in stream_k and "not a CUDA guarantee" in stream_k
+    split = space.forward_progress(space.genome(split_k=2, persistent=False))
+    assert "cluster" in split and "guaranteed" in split
+    plain = space.forward_progress(space.genome(**{**STREAM_K, "stream_k": False}))
+    assert plain.startswith("none needed")
+    copy = get_space("copy")
+    assert copy.forward_progress(copy.seed_genome(Problem.of("copy", "fp16", rows=256, cols=512))
+                                 ).startswith("none needed")

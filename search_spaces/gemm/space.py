@@ -423,6 +423,26 @@ class HopperGemmSpace(SearchSpace):
         del genome  # no reduction of this space depends on timing (no atomics)
         return True
 
+    def forward_progress(self, genome: Genome) -> str:
+        """The GEMM's cross-CTA waits and what keeps each from hanging (bench/forward_progress
+        runs them beside a kernel holding 1-131 of the H200's SMs).
+
+        Stream-K's fix-up waits on flags raised by other CTAs of the grid; its ranges run in
+        reverse CTA order (``StreamKPlan``), so a CTA only waits for a lower-numbered one,
+        which the hardware dispatched before it and which is therefore resident or done.
+        That rests on in-order block dispatch, which NVIDIA GPUs do but CUDA does not promise.
+        Split-K waits for the CTAs of its own cluster through DSMEM; a cluster's CTAs are
+        co-scheduled by the hardware (guaranteed). Otherwise no CTA waits for another."""
+        params = self.params_of(genome)
+        if params.get("stream_k"):
+            return ("stream-K fix-up: a CTA waits only for lower-numbered CTAs of the grid, "
+                    "dispatched before it (in-order block dispatch: what NVIDIA GPUs do, not a "
+                    "CUDA guarantee)")
+        if int(params.get("split_k") or 1) > 1:
+            return ("split-K: a CTA waits only for the CTAs of its own cluster, which the "
+                    "hardware co-schedules (guaranteed)")
+        return "none needed: no CTA waits for another CTA"
+
     def ts_schedule_key(self, genome: Genome, problem: Problem) -> str:
         """The verdict key less what the exhaustive checker never reads: register budgets
         and tile_m/tile_k (byte counts and wgmma repeats, not ops; tile_n stays: it sets the

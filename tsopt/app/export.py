@@ -356,6 +356,7 @@ def _write_kernel(chosen: _Chosen, directory: Path) -> ExportedKernel:
         "genome": candidate.genome.to_dict(),
         "measured": ranked.measurement.to_dict(),
         "verdict": chosen.verdict.to_dict(),
+        "forward_progress": chosen.space.forward_progress(candidate.genome),
         "recorded_verdict": recorded.to_dict() if recorded else None,
         "build": candidate.build.to_dict() if candidate.build else None,
         "versions": {**tool_versions(), "tsopt": tsopt.__version__},

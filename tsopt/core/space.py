@@ -360,6 +360,15 @@ class SearchSpace(ABC):
         del genome
         return True
 
+    # -- forward progress --------------------------------------------------------------
+    def forward_progress(self, genome: Genome) -> str:
+        """What guarantees that ``genome``'s kernel finishes while other kernels hold SMs (a
+        second stream, NCCL, a second model under MPS): one sentence, written into the
+        export's manifest. By default the kernel has no wait on another CTA, so each CTA
+        finishes on its own; a space whose kernels wait across CTAs overrides it."""
+        del genome
+        return "none needed: no CTA waits for another CTA"
+
     def has_deterministic_schedule(self, problem: Problem) -> bool:
         """Whether the space holds a deterministic schedule for ``problem`` at all, asked before
         a ``--deterministic`` run builds anything: by default, whether its seed is one."""
