@@ -440,7 +440,7 @@ class HopperGemmSpace(SearchSpace):
                     "CUDA guarantee)")
         if int(params.get("split_k") or 1) > 1:
             return ("split-K: a CTA waits only for the CTAs of its own cluster, which the "
-                    "hardware co-schedules (guaranteed)")
+                    "hardware co-schedules (guaranteed; a cluster launches once it fits)")
         return "none needed: no CTA waits for another CTA"
 
     def ts_schedule_key(self, genome: Genome, problem: Problem) -> str:
