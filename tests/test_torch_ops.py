@@ -12,6 +12,7 @@ real exports are loaded the same way in tests/test_export.py.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -243,3 +244,80 @@ def test_the_module_needs_only_torch_the_standard_library_and_its_loader(tmp_pat
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                           cwd=tmp_path, check=True)
     assert done.stdout.split()[0] == "[]" and done.stdout.strip().endswith(str(tmp_path / "loader.py"))
+
+
+# -- the checks once per signature ----------------------------------------------------------------
+
+
+def test_tensors_of_one_signature_fare_alike_in_every_check() -> None:
+    # The ops check a signature once and launch every later call of it unchecked: sound only if
+    # two tensors of one signature get the same verdict from tensor_problems, for any spec.
+    loader = torch_ops._loader
+    base = torch.zeros(64 * 32 + 64, dtype=torch.bfloat16)
+    tensors = {
+        "fresh": bf16(64, 32), "fresh2": bf16(64, 32), "other_shape": bf16(32, 64),
+        "fp16": bf16(64, 32).half(), "transposed": bf16(32, 64).t(),
+        "offset_2": base[1:1 + 64 * 32].view(64, 32), "offset_16": base[8:8 + 64 * 32].view(64, 32),
+        "offset_18": base[9:9 + 64 * 32].view(64, 32),
+        "padded_rows": torch.zeros(64, 40, dtype=torch.bfloat16)[:, :32],
+    }
+    specs = [loader.TensorSpec("a", "input", shape, dtype)
+             for shape, dtype in (((64, 32), "bf16"), ((32, 64), "bf16"), ((64, 32), "fp16"))]
+    keys = {name: loader.signature([t]) for name, t in tensors.items()}
+
+    def verdict(spec: Any, tensor: torch.Tensor) -> list[str]:  # the pointer's value aside
+        return [re.sub(r"0x[0-9a-f]+", "0x?", p) for p in loader.tensor_problems(spec, tensor)]
+
+    for first, second in [(x, y) for x in keys for y in keys]:
+        if keys[first] == keys[second]:
+            for spec in specs:
+                assert verdict(spec, tensors[first]) == verdict(spec, tensors[second]), (first, second)
+    # What the checks tell apart, the signature does too.
+    assert keys["fresh"] == keys["fresh2"] and keys["offset_16"][0][:4] == keys["offset_2"][0][:4]
+    distinct = ["fresh", "other_shape", "fp16", "transposed", "offset_2", "padded_rows"]
+    assert len({keys[n] for n in distinct}) == len(distinct)
+    assert keys["offset_2"] == keys["offset_18"] != keys["offset_16"] == keys["fresh"]
+    with pytest.raises(AttributeError):
+        loader.signature([object()])
+
+
+def test_a_signature_cache_starts_again_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    loader = torch_ops._loader
+    monkeypatch.setattr(loader, "MAX_SIGNATURES", 3)
+    cache: dict[Any, Any] = {}
+    for key in range(3):
+        loader.remember(cache, key, key)
+    assert cache == {0: 0, 1: 1, 2: 2}
+    loader.remember(cache, 3, 3)
+    assert cache == {3: 3}
+
+
+def test_a_remembered_fallback_is_forgotten_when_a_package_adds_its_kernel(
+        package, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    a, b = bf16(40, 32), bf16(16, 32)
+    with pytest.warns(FallbackWarning, match=r"m=40 n=16 k=32: no tuned kernel"):
+        torch.ops.tsopt.gemm(a, b)
+    # The route for this signature is remembered; loading a kernel for the shape replaces it:
+    # the next call is routed to the kernel, which refuses the CPU tensors (a fallback again,
+    # now for that reason, not "no tuned kernel").
+    more = write_package(tmp_path / "more", [("gemm", "bf16", {"m": 40, "n": 16, "k": 32}, "e" * 64)])
+    torch_ops.load(more, preload=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.ops.tsopt.gemm(a, b)
+    seen = {f.sizes: f for f in torch_ops.fallbacks() if f.op == "gemm"}[(("m", 40), ("n", 16), ("k", 32))]
+    assert seen.calls == 2 and len(seen.reasons) == 2, seen
+    assert any("gemm_bf16_40x16x32 cannot take these tensors (a: not on a CUDA device" in r
+               for r in seen.reasons), seen.reasons
+    assert caught == []  # warned once per shape, already
+
+
+def test_the_ops_are_registered_without_custom_ops_wrapper(package) -> None:  # type: ignore[no-untyped-def]
+    # torch.library.custom_op wraps every call in Python (tens of microseconds on the GPU
+    # machine); the ops are plain Library kernels, tagged for torch.compile and torch.export.
+    for name in (GEMM, "gemm"):
+        overload = getattr(torch.ops.tsopt, name).default
+        assert torch.Tag.pt2_compliant_tag in overload.tags
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "CompositeExplicitAutograd")
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "Meta")
+    assert not isinstance(getattr(torch.ops.tsopt, GEMM), torch._library.custom_ops.CustomOpDef)
