@@ -31,6 +31,11 @@ every kernel of the package, and each variant:
    refuse a misaligned, a non-contiguous, a wrong-dtype and a CPU input with its
    KernelInputError, and the dispatching op must fall back (a FallbackWarning) on the
    misaligned one.
+
+``--native`` adds a row: ``native_probe.cpp`` compiled at start (``torch.utils.cpp_extension``,
+nvcc and ninja; cached in ``--native-build``), the same kernel launched from a C++ op with the
+same checks in C++ on every call: what a native launch path would cost. A failed build is
+recorded and the rest still runs.
 """
 
 from __future__ import annotations
@@ -55,8 +60,8 @@ import torch
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 REL_TOL = {"bf16": 1e-2, "fp16": 5e-3}
 HOST_ROWS = ("torch.empty", "torch.matmul", "raw launch", "loader call", "per-kernel op",
-             "dispatching op")
-PAIRED_ROWS = ("loader call", "per-kernel op", "dispatching op")
+             "dispatching op", "native op")
+PAIRED_ROWS = ("loader call", "per-kernel op", "dispatching op", "native op")
 SLEEP_FACTOR = 3.0  # the sleep outlasts the batch's host time this many times over
 
 
@@ -181,6 +186,8 @@ def refusals(ops: Any, op: Any, x: torch.Tensor, w: torch.Tensor) -> dict[str, A
             found[name] = {"raised": None, "ok": False}
         except ops.KernelInputError as exc:
             found[name] = {"raised": str(exc)[-200:], "ok": expected in str(exc)}
+        except Exception as exc:  # the wrong kind of failure: recorded as not ok
+            found[name] = {"raised": f"{type(exc).__name__}: {str(exc)[-200:]}", "ok": False}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fell_back = torch.ops.tsopt.gemm(misaligned, w)
@@ -192,7 +199,19 @@ def refusals(ops: Any, op: Any, x: torch.Tensor, w: torch.Tensor) -> dict[str, A
     return found
 
 
-def measure_kernel(ops: Any, packaged: Any, args: argparse.Namespace, sleeper: Sleeper) -> dict[str, Any]:
+def build_native(build_dir: Path) -> Any:
+    """``torch.ops.tsopt_native`` from native_probe.cpp (compiled once into ``build_dir``)."""
+    from torch.utils.cpp_extension import load
+
+    build_dir.mkdir(parents=True, exist_ok=True)
+    load("tsopt_native_probe", sources=[str(Path(__file__).with_name("native_probe.cpp"))],
+         extra_ldflags=["-ldl"], with_cuda=True, is_python_module=False,
+         build_directory=str(build_dir), verbose=False)
+    return torch.ops.tsopt_native
+
+
+def measure_kernel(ops: Any, packaged: Any, args: argparse.Namespace, sleeper: Sleeper,
+                   native: Any) -> dict[str, Any]:
     sizes = dict(packaged.sizes)
     m, n, k = sizes["m"], sizes["n"], sizes["k"]
     dtype = DTYPES[packaged.dtype]
@@ -207,6 +226,11 @@ def measure_kernel(ops: Any, packaged: Any, args: argparse.Namespace, sleeper: S
                          "per-kernel op": rel_err(per_kernel(x, w), ref),
                          "dispatching op": rel_err(torch.ops.tsopt.gemm(x, w), ref),
                          "torch.matmul": rel_err(torch.matmul(x, w.t()), ref)}
+    native_call = None
+    if native is not None and [t.name for t in loaded.manifest.tensors] == ["a", "b", "d"]:
+        native_id = native.open_kernel(str(loaded.library.path), m, n, k, packaged.dtype)
+        native_call = lambda: native.gemm(native_id, x, w)  # noqa: E731
+        result["rel_err"]["native op"] = rel_err(native_call(), ref)
     result["correct"] = all(v < REL_TOL[packaged.dtype] for v in result["rel_err"].values())
 
     # The raw launch: the export's C entry through one ctypes call, nothing else per call.
@@ -223,6 +247,8 @@ def measure_kernel(ops: Any, packaged: Any, args: argparse.Namespace, sleeper: S
         "per-kernel op": lambda: per_kernel(x, w),
         "dispatching op": lambda: torch.ops.tsopt.gemm(x, w),
     }
+    if native_call is not None:
+        calls["native op"] = native_call
     expect = {}
     for name, fn in calls.items():  # warm-up, and a first guess of each call's host time
         for _ in range(20):
@@ -246,7 +272,7 @@ def measure_kernel(ops: Any, packaged: Any, args: argparse.Namespace, sleeper: S
 
     matmul = calls["torch.matmul"]
     result["eager_paired"] = {name: paired(calls[name], matmul, args.rounds, args.batch)
-                              for name in PAIRED_ROWS}
+                              for name in PAIRED_ROWS if name in calls}
     graph_matmul = graphed(matmul, args.batch)
     result["graph_paired"] = {}
     for name in ("per-kernel op", "dispatching op"):
@@ -265,11 +291,20 @@ def worker(args: argparse.Namespace) -> int:
     sleeper = Sleeper()
     doc: dict[str, Any] = {"variant_dir": str(args.worker), "kernels": [],
                            "sleep_cycles_per_us": sleeper.cycles_per_us}
+    native = None
+    if args.native:
+        started = time.perf_counter()
+        try:
+            native = build_native(args.native_build)
+            doc["native_build"] = {"ok": True}
+        except Exception as exc:  # recorded; the Python paths are still measured
+            doc["native_build"] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[-3000:]}"}
+        doc["native_build"]["seconds"] = round(time.perf_counter() - started, 1)
     for packaged in package.kernels:
         if packaged.op != "gemm":
             continue
         try:
-            doc["kernels"].append(measure_kernel(ops, packaged, args, sleeper))
+            doc["kernels"].append(measure_kernel(ops, packaged, args, sleeper, native))
         except Exception as exc:  # recorded: the JSON says what raised, the others still run
             doc["kernels"].append({"name": packaged.name, "error": f"{type(exc).__name__}: {exc}",
                                    "traceback": traceback.format_exc()})
@@ -285,6 +320,10 @@ def summarise(doc: dict[str, Any]) -> str:
         if "error" in found:
             lines.append(f"[{variant}] FAILED: {found['error'][:500]}")
             continue
+        if "native_build" in found:
+            built = found["native_build"]
+            lines.append(f"[{variant}] native probe built in {built['seconds']} s" if built["ok"]
+                         else f"[{variant}] native probe FAILED to build: {built['error'][-600:]}")
         for kernel in found["kernels"]:
             if "error" in kernel:
                 lines.append(f"[{variant}] {kernel['name']}: FAILED {kernel['error'][:300]}")
@@ -293,7 +332,7 @@ def summarise(doc: dict[str, Any]) -> str:
                          f"{kernel['correct']}, refusals ok {kernel['refused']['ok']}")
             matmul = kernel["host_us"]["torch.matmul"]["median"]
             lines.append("  host us/call      median   p10-p90        min-max      vs matmul")
-            for name in HOST_ROWS:
+            for name in [r for r in HOST_ROWS if r in kernel["host_us"]]:
                 h = kernel["host_us"][name]
                 flag = f"  ({h['batches_gpu_idle']} batches GPU idle)" if h["batches_gpu_idle"] else ""
                 lines.append(f"  {name:16s} {h['median']:7.2f}  {h['p10']:6.2f}-{h['p90']:<6.2f}  "
@@ -319,6 +358,9 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=100, help="calls per host-timed batch")
     parser.add_argument("--rounds", type=int, default=21, help="paired rounds")
     parser.add_argument("--batch", type=int, default=20, help="calls per paired batch")
+    parser.add_argument("--native", action="store_true", help="also time native_probe.cpp's C++ op")
+    parser.add_argument("--native-build", type=Path, default=Path("/tmp/tsopt_host_cost_native"),
+                        help="where the native probe is compiled (reused by later variants)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.summarise:
@@ -333,14 +375,15 @@ def main() -> int:
     variants = dict(v.split("=", 1) for v in args.variant) or {"export": str(args.package)}
     doc: dict[str, Any] = {
         "package": str(args.package),
-        "settings": {k: getattr(args, k) for k in ("passes", "calls", "rounds", "batch")},
+        "settings": {k: getattr(args, k) for k in ("passes", "calls", "rounds", "batch", "native")},
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(0)},
         "variants": {}}
     for name, directory in variants.items():
         started = time.perf_counter()
         command = [sys.executable, __file__, str(args.package), "--worker", directory,
-                   *(f"--{k}={getattr(args, k)}" for k in ("passes", "calls", "rounds", "batch"))]
+                   *(f"--{k}={getattr(args, k)}" for k in ("passes", "calls", "rounds", "batch")),
+                   *(["--native", f"--native-build={args.native_build}"] if args.native else [])]
         done = subprocess.run(command, capture_output=True, text=True)
         sys.stderr.write(done.stderr[-4000:])
         if done.returncode != 0:
