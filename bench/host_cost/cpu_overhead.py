@@ -5,9 +5,10 @@ here (the export format, a GEMM kernel 16x4096x4096 bf16) whose ``libkernel.so``
 function that returns at once (compiled with ``cc``), called on CPU tensors, with the CUDA
 queries of a launch (device, current stream) and the device check replaced by constants. What
 remains is the wrapper's own Python and the dispatcher: the part of a call that a GPU adds
-nothing to. Each variant of ``torch_ops.py`` + ``loader.py`` runs in its own process::
+nothing to. Each variant of ``torch_ops.py`` + ``loader.py`` runs in its own process, timed in
+the thread's CPU time (``time.thread_time``: a shared, loaded machine inflates wall time)::
 
-    python bench/host_cost/cpu_overhead.py                       # this tree's against git HEAD's
+    python bench/host_cost/cpu_overhead.py            # this tree's against 1c8044c's (before the fast path)
     python bench/host_cost/cpu_overhead.py --before REV --json OUT.json
 
 These are CPU-only figures of this machine, not GPU results: ``host_cost.py`` measures the
@@ -31,7 +32,7 @@ int tsopt_launch(void **data, int n, void *stream) { return n == 3 && data[0] ? 
 M, N, K = 16, 4096, 4096
 
 PROBE = r'''
-import contextlib, importlib.util, json, statistics, sys, timeit, types
+import contextlib, importlib.util, json, statistics, sys, time, timeit, types
 import torch
 spec = importlib.util.spec_from_file_location("torch_ops", sys.argv[1] + "/torch_ops.py")
 ops = importlib.util.module_from_spec(spec); sys.modules["torch_ops"] = ops
@@ -63,7 +64,8 @@ found = {}
 for name, fn in calls.items():
     for _ in range(2000):
         fn()
-    runs = [t / 5000 * 1e6 for t in timeit.repeat(fn, number=5000, repeat=%(passes)d)]
+    timer = timeit.Timer(fn, timer=time.thread_time)
+    runs = [t / 5000 * 1e6 for t in timer.repeat(number=5000, repeat=%(passes)d)]
     found[name] = {"median_us": statistics.median(runs), "min_us": min(runs), "max_us": max(runs)}
 print(json.dumps(found))
 '''
@@ -88,7 +90,8 @@ def write_package(top: Path) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", default="HEAD", help="git revision of the other variant")
+    parser.add_argument("--before", default="1c8044c",
+                        help="git revision of the other variant (default: the last before the fast path)")
     parser.add_argument("--passes", type=int, default=7)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -108,7 +111,8 @@ def main() -> int:
             if done.returncode != 0:
                 raise SystemExit(f"{variant}: {done.stderr[-2000:]}")
             results[variant] = json.loads(done.stdout)
-    print(f"CPU-only (no GPU; a no-op launch), us per call, median of {args.passes} passes of 5000:")
+    print(f"CPU-only (no GPU; a no-op launch), thread CPU us per call, median of {args.passes} "
+          "passes of 5000:")
     names = list(next(iter(results.values())))
     print(f"{'call':40s} " + " ".join(f"{v:>20s}" for v in results))
     for name in names:
@@ -116,7 +120,8 @@ def main() -> int:
                for v in results]
         print(f"{name:40s} " + " ".join(row))
     if args.json:
-        args.json.write_text(json.dumps({"cpu_only": True, "shape": [M, N, K], "passes": args.passes,
+        args.json.write_text(json.dumps({"cpu_only": True, "timer": "time.thread_time",
+                                         "shape": [M, N, K], "passes": args.passes,
                                          "results": results}, indent=2))
     return 0
 
