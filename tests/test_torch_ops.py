@@ -6,11 +6,14 @@ The packages here are written by the test: real ``manifest.json``/``artifact.jso
 the export format, for kernels whose library is never opened. Nothing here launches (no GPU):
 every path tested ends before the library would be loaded, which the absent ``libkernel.so``
 proves (a launch attempt would raise KernelLoadError, not the error each test expects). The
-real exports are loaded the same way in tests/test_export.py.
+real exports are loaded the same way in tests/test_export.py. The exception, named as such: the
+last section's SIMULATED device, a ``libkernel.so`` compiled here that records its launches
+(for the checks once per signature and the pointers a launch passes).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import re
 import subprocess
@@ -321,3 +324,99 @@ def test_the_ops_are_registered_without_custom_ops_wrapper(package) -> None:  # 
         assert torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "CompositeExplicitAutograd")
         assert torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "Meta")
     assert not isinstance(getattr(torch.ops.tsopt, GEMM), torch._library.custom_ops.CustomOpDef)
+
+
+# -- the launch path, on a simulated device ---------------------------------------------------------
+
+RECORDING_LAUNCH_C = """
+static void *seen[8];
+static void *seen_stream;
+static int launches;
+int tsopt_load(void) { return 0; }
+int tsopt_launch(void **data, int n, void *stream) {
+  for (int i = 0; i < n && i < 8; ++i) seen[i] = data[i];
+  seen_stream = stream;
+  return ++launches > 0 ? 0 : 1;
+}
+int sim_launches(void) { return launches; }
+void *sim_seen(int i) { return seen[i]; }
+void *sim_stream(void) { return seen_stream; }
+"""
+
+
+@pytest.fixture
+def simulated_device(package, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:  # type: ignore[no-untyped-def]
+    """A SIMULATED CUDA device (no GPU here): ``make(m)`` registers a kernel for gemm bf16
+    m x 16 x 64 (one m per test: the registry is the process's) whose libkernel.so records what
+    it was launched with and launches nothing; CPU tensors pass as if on the device (the device
+    check is the one problem dropped), the current device and stream are constants. What stays
+    real: the registration, the other checks, the signature caches, the output, the ctypes call.
+    Returns the recorder library and the list that counts the op's input checks."""
+    loader = torch_ops._loader
+    real = loader.tensor_problems
+    monkeypatch.setattr(loader, "tensor_problems", lambda spec, t, tracing=False: [
+        p for p in real(spec, t, tracing) if not p.startswith("not on a CUDA device")])
+    monkeypatch.setattr(loader, "current_device_index", lambda: None)
+    monkeypatch.setattr(loader, "current_stream_handle", lambda index: 0x5EED)
+    checked: list[int] = []
+    real_input_problems = torch_ops.input_problems
+    monkeypatch.setattr(torch_ops, "input_problems", lambda kernel, tensors, tracing=False: (
+        checked.append(1), real_input_problems(kernel, tensors, tracing))[1])
+
+    def make(m: int) -> tuple[Any, list[int]]:
+        top = write_package(tmp_path / "sim", [("gemm", "bf16", {"m": m, "n": 16, "k": 64}, "f" * 64)])
+        kernel_dir = top / f"gemm_bf16_{m}x16x64"
+        (kernel_dir / "sim.c").write_text(RECORDING_LAUNCH_C)
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(kernel_dir / "libkernel.so"),
+                        str(kernel_dir / "sim.c")], check=True)
+        torch_ops.load(top, preload=False)
+        recorder = ctypes.CDLL(str(kernel_dir / "libkernel.so"))
+        recorder.sim_seen.restype = recorder.sim_stream.restype = ctypes.c_void_p
+        recorder.sim_seen.argtypes = [ctypes.c_int]
+        return recorder, checked
+
+    return make
+
+
+def test_a_known_signature_launches_unchecked_and_a_bad_one_is_still_refused(simulated_device) -> None:  # type: ignore[no-untyped-def]
+    recorder, checked = simulated_device(32)
+    op = torch.ops.tsopt.gemm_bf16_32x16x64
+    a, b = bf16(32, 64), bf16(16, 64)
+    d = op(a, b)
+    assert (d.shape, d.dtype) == ((32, 16), torch.bfloat16) and recorder.sim_launches() == 1
+    assert [recorder.sim_seen(i) for i in range(3)] == [a.data_ptr(), b.data_ptr(), d.data_ptr()]
+    assert recorder.sim_stream() == 0x5EED and len(checked) == 1
+    fresh = bf16(32, 64)  # another tensor of the same signature: no check again
+    op(fresh, b)
+    assert recorder.sim_launches() == 2 and len(checked) == 1 and recorder.sim_seen(0) == fresh.data_ptr()
+    for bad, message in ((_misaligned(32, 64), "not 16-byte aligned"),
+                         (bf16(64, 32).t(), "not contiguous"), (bf16(32, 64).half(), "dtype torch.float16")):
+        with pytest.raises(KernelInputError, match=message):
+            op(bad, b)
+    assert recorder.sim_launches() == 2 and len(checked) == 4  # each refused one was checked
+    # The dispatcher: routed once, then straight to the kernel; a misaligned input falls back.
+    torch.ops.tsopt.gemm(a, b)
+    torch.ops.tsopt.gemm(a, b)
+    assert recorder.sim_launches() == 4 and len(checked) == 5
+    misaligned = _misaligned(32, 64)
+    with pytest.warns(FallbackWarning, match="m=32 n=16 k=64: torch.ops.tsopt.gemm_bf16_32x16x64 cannot "
+                      "take these tensors .*not 16-byte aligned"):
+        out = torch.ops.tsopt.gemm(misaligned, b)
+    assert torch.equal(out, torch.matmul(misaligned, b.t())) and recorder.sim_launches() == 4
+
+
+def test_the_loader_call_checks_once_per_signature_too(simulated_device) -> None:  # type: ignore[no-untyped-def]
+    recorder, _ = simulated_device(48)
+    kernel = torch_ops._library(next(k for k in torch_ops.registered() if k.name == "gemm_bf16_48x16x64"))
+    a, b = bf16(48, 64), bf16(16, 64)
+    out = torch.empty(48, 16, dtype=torch.bfloat16)
+    before = recorder.sim_launches()
+    assert kernel(a, b, out=out) is out
+    assert [recorder.sim_seen(i) for i in range(3)] == [a.data_ptr(), b.data_ptr(), out.data_ptr()]
+    kernel(a, b)
+    assert recorder.sim_launches() == before + 2 and len(kernel._passed) == 2  # with out= and without
+    with pytest.raises(KernelInputError, match=r"d: shape \(16, 48\) != \(48, 16\)"):
+        kernel(a, b, out=torch.empty(16, 48, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="expected a torch.Tensor"):
+        kernel(a, "b")
+    assert recorder.sim_launches() == before + 2
