@@ -32,10 +32,10 @@ every kernel of the package, and each variant:
    KernelInputError, and the dispatching op must fall back (a FallbackWarning) on the
    misaligned one.
 
-``--native`` adds a row: ``native_probe.cpp`` compiled at start (``torch.utils.cpp_extension``,
-nvcc and ninja; cached in ``--native-build``), the same kernel launched from a C++ op with the
-same checks in C++ on every call: what a native launch path would cost. A failed build is
-recorded and the rest still runs.
+``--native`` adds a row: ``native_probe.cpp`` compiled first, once (``torch.utils.cpp_extension``
+and ninja, into ``--native-build``, which the variants' processes then load): the same kernel
+launched from a C++ op with the same checks in C++ on every call, what a native launch path
+would cost. A failed build is recorded and the rest still runs.
 """
 
 from __future__ import annotations
@@ -317,14 +317,16 @@ def worker(args: argparse.Namespace) -> int:
 def summarise(doc: dict[str, Any]) -> str:
     lines = [f"{doc['environment']['device']}, torch {doc['environment']['torch']}; "
              f"{doc['settings']['passes']} passes of {doc['settings']['calls']} calls, GPU kept busy"]
+    if "native_build" in doc:
+        built = doc["native_build"]
+        lines.append(f"native probe built in {built['seconds']} s" if built["ok"]
+                     else f"native probe FAILED to build: {built['error'][-600:]}")
     for variant, found in doc["variants"].items():
         if "error" in found:
             lines.append(f"[{variant}] FAILED: {found['error'][:500]}")
             continue
-        if "native_build" in found:
-            built = found["native_build"]
-            lines.append(f"[{variant}] native probe built in {built['seconds']} s" if built["ok"]
-                         else f"[{variant}] native probe FAILED to build: {built['error'][-600:]}")
+        if not found.get("native_build", {"ok": True})["ok"]:
+            lines.append(f"[{variant}] native probe FAILED to load: {found['native_build']['error'][-600:]}")
         for kernel in found["kernels"]:
             if "error" in kernel:
                 lines.append(f"[{variant}] {kernel['name']}: FAILED {kernel['error'][:300]}")
@@ -385,11 +387,22 @@ def main() -> int:
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(0)},
         "variants": {}}
+    native_ok = False
+    if args.native:  # built once here; the workers load the build
+        started = time.perf_counter()
+        try:
+            build_native(args.native_build)
+            doc["native_build"] = {"ok": True}
+            native_ok = True
+        except Exception as exc:  # recorded; the Python paths are still measured
+            doc["native_build"] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[-3000:]}"}
+        doc["native_build"]["seconds"] = round(time.perf_counter() - started, 1)
+        print(f"native probe: {doc['native_build']}", flush=True)
     for name, directory in variants.items():
         started = time.perf_counter()
         command = [sys.executable, __file__, str(args.package), "--worker", directory,
                    *(f"--{k}={getattr(args, k)}" for k in ("passes", "calls", "rounds", "batch")),
-                   *(["--native", f"--native-build={args.native_build}"] if args.native else [])]
+                   *(["--native", f"--native-build={args.native_build}"] if native_ok else [])]
         done = subprocess.run(command, capture_output=True, text=True)
         sys.stderr.write(done.stderr[-4000:])
         if done.returncode != 0:
@@ -398,9 +411,9 @@ def main() -> int:
             doc["variants"][name] = json.loads(done.stdout.strip().splitlines()[-1])
         doc["variants"][name]["seconds"] = round(time.perf_counter() - started, 1)
         print(f"{name}: {doc['variants'][name]['seconds']} s", flush=True)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1))
+        if args.json:  # after every variant: a run cut short keeps what it measured
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(doc, indent=1))
     print(summarise(doc))
     failed = [n for n, v in doc["variants"].items()
               if "error" in v or any("error" in k or not k["correct"] for k in v["kernels"])]
