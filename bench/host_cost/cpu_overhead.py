@@ -60,6 +60,10 @@ calls = {
     "per-kernel op": lambda: per_kernel(a, b),
     "dispatching op torch.ops.tsopt.gemm": lambda: torch.ops.tsopt.gemm(a, b),
 }
+if len(sys.argv) > 3:  # the native probe's CPU build: the same launch and checks from C++
+    torch.ops.load_library(sys.argv[3])
+    native_id = torch.ops.tsopt_native.open_kernel(str(kernel.library.path), %(m)d, %(n)d, %(k)d, "bf16")
+    calls["native op (C++ probe, CPU build)"] = lambda: torch.ops.tsopt_native.gemm(native_id, a, b)
 found = {}
 for name, fn in calls.items():
     for _ in range(2000):
@@ -88,13 +92,41 @@ def write_package(top: Path) -> Path:
     return top
 
 
+def build_cpu_probe(build_dir: Path) -> Path:
+    """native_probe.cpp built for the CPU (what needs CUDA taken out: the device guard, the
+    device check, the stream, passed as null; the kernel registered for CPU tensors)."""
+    from torch.utils.cpp_extension import load
+
+    source = (Path(__file__).with_name("native_probe.cpp")).read_text()
+    cuda_parts = (
+        ("#include <c10/cuda/CUDAGuard.h>\n", ""),
+        ("#include <c10/cuda/CUDAStream.h>\n", ""),
+        ("  c10::cuda::CUDAGuard guard(a.device());\n", ""),
+        ("c10::cuda::getCurrentCUDAStream(a.device().index()).stream()", "nullptr"),
+        ('  TORCH_CHECK(t.is_cuda(), name, ": not on a CUDA device");\n', ""),
+        ("TORCH_LIBRARY_IMPL(tsopt_native, CUDA, m)", "TORCH_LIBRARY_IMPL(tsopt_native, CPU, m)"),
+    )
+    for cuda_only, cpu in cuda_parts:
+        if cuda_only not in source:
+            raise SystemExit(f"native_probe.cpp changed: no {cuda_only.strip()!r} to take out")
+        source = source.replace(cuda_only, cpu)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / "cpu_probe.cpp").write_text(source)
+    load("tsopt_native_cpu_probe", sources=[str(build_dir / "cpu_probe.cpp")], extra_ldflags=["-ldl"],
+         is_python_module=False, build_directory=str(build_dir))
+    return build_dir / "tsopt_native_cpu_probe.so"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="1c8044c",
                         help="git revision of the other variant (default: the last before the fast path)")
     parser.add_argument("--passes", type=int, default=7)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--native", type=Path, metavar="BUILD_DIR",
+                        help="also time native_probe.cpp built for the CPU here (about a minute)")
     args = parser.parse_args()
+    probe = [str(build_cpu_probe(args.native))] if args.native else []
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
         package = write_package(Path(scratch) / "package")
@@ -106,18 +138,19 @@ def main() -> int:
             (variants[f"git {args.before}"] / name).write_text(text)
         code = PROBE % {"m": M, "n": N, "k": K, "passes": args.passes}
         for variant, directory in variants.items():
-            done = subprocess.run([sys.executable, "-I", "-c", code, str(directory), str(package)],
+            extra = probe if directory == ROOT / "workers" else []
+            done = subprocess.run([sys.executable, "-I", "-c", code, str(directory), str(package), *extra],
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 raise SystemExit(f"{variant}: {done.stderr[-2000:]}")
             results[variant] = json.loads(done.stdout)
     print(f"CPU-only (no GPU; a no-op launch), thread CPU us per call, median of {args.passes} "
           "passes of 5000:")
-    names = list(next(iter(results.values())))
+    names = list(results["this tree"])
     print(f"{'call':40s} " + " ".join(f"{v:>20s}" for v in results))
     for name in names:
         row = [f"{results[v][name]['median_us']:7.2f} (min {results[v][name]['min_us']:5.2f})"
-               for v in results]
+               if name in results[v] else f"{'-':>20s}" for v in results]
         print(f"{name:40s} " + " ".join(row))
     if args.json:
         args.json.write_text(json.dumps({"cpu_only": True, "timer": "time.thread_time",

@@ -29,7 +29,7 @@ std::vector<Kernel> &kernels() {
   return table;
 }
 
-int64_t open_kernel(const std::string &library, int64_t m, int64_t n, int64_t k, const std::string &dtype) {
+int64_t open_kernel(std::string library, int64_t m, int64_t n, int64_t k, std::string dtype) {
   TORCH_CHECK(dtype == "bf16" || dtype == "fp16", "dtype ", dtype, ": bf16 or fp16");
   void *handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   TORCH_CHECK(handle != nullptr, "dlopen ", library, ": ", dlerror());
