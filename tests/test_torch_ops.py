@@ -6,12 +6,16 @@ The packages here are written by the test: real ``manifest.json``/``artifact.jso
 the export format, for kernels whose library is never opened. Nothing here launches (no GPU):
 every path tested ends before the library would be loaded, which the absent ``libkernel.so``
 proves (a launch attempt would raise KernelLoadError, not the error each test expects). The
-real exports are loaded the same way in tests/test_export.py.
+real exports are loaded the same way in tests/test_export.py. The exception, named as such: the
+last section's SIMULATED device, a ``libkernel.so`` compiled here that records its launches
+(for the checks once per signature and the pointers a launch passes).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -243,3 +247,176 @@ def test_the_module_needs_only_torch_the_standard_library_and_its_loader(tmp_pat
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                           cwd=tmp_path, check=True)
     assert done.stdout.split()[0] == "[]" and done.stdout.strip().endswith(str(tmp_path / "loader.py"))
+
+
+# -- the checks once per signature ----------------------------------------------------------------
+
+
+def test_tensors_of_one_signature_fare_alike_in_every_check() -> None:
+    # The ops check a signature once and launch every later call of it unchecked: sound only if
+    # two tensors of one signature get the same verdict from tensor_problems, for any spec.
+    loader = torch_ops._loader
+    base = torch.zeros(64 * 32 + 64, dtype=torch.bfloat16)
+    tensors = {
+        "fresh": bf16(64, 32), "fresh2": bf16(64, 32), "other_shape": bf16(32, 64),
+        "fp16": bf16(64, 32).half(), "transposed": bf16(32, 64).t(),
+        "offset_2": base[1:1 + 64 * 32].view(64, 32), "offset_16": base[8:8 + 64 * 32].view(64, 32),
+        "offset_18": base[9:9 + 64 * 32].view(64, 32),
+        "padded_rows": torch.zeros(64, 40, dtype=torch.bfloat16)[:, :32],
+    }
+    specs = [loader.TensorSpec("a", "input", shape, dtype)
+             for shape, dtype in (((64, 32), "bf16"), ((32, 64), "bf16"), ((64, 32), "fp16"))]
+    keys = {name: loader.signature([t]) for name, t in tensors.items()}
+
+    def verdict(spec: Any, tensor: torch.Tensor) -> list[str]:  # the pointer's value aside
+        return [re.sub(r"0x[0-9a-f]+", "0x?", p) for p in loader.tensor_problems(spec, tensor)]
+
+    for first, second in [(x, y) for x in keys for y in keys]:
+        if keys[first] == keys[second]:
+            for spec in specs:
+                assert verdict(spec, tensors[first]) == verdict(spec, tensors[second]), (first, second)
+    # What the checks tell apart, the signature does too.
+    assert keys["fresh"] == keys["fresh2"] and keys["offset_16"][0][:4] == keys["offset_2"][0][:4]
+    distinct = ["fresh", "other_shape", "fp16", "transposed", "offset_2", "padded_rows"]
+    assert len({keys[n] for n in distinct}) == len(distinct)
+    assert keys["offset_2"] == keys["offset_18"] != keys["offset_16"] == keys["fresh"]
+    with pytest.raises(AttributeError):
+        loader.signature([object()])
+
+
+def test_a_signature_cache_starts_again_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    loader = torch_ops._loader
+    monkeypatch.setattr(loader, "MAX_SIGNATURES", 3)
+    cache: dict[Any, Any] = {}
+    for key in range(3):
+        loader.remember(cache, key, key)
+    assert cache == {0: 0, 1: 1, 2: 2}
+    loader.remember(cache, 3, 3)
+    assert cache == {3: 3}
+
+
+def test_a_remembered_fallback_is_forgotten_when_a_package_adds_its_kernel(
+        package, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    a, b = bf16(40, 32), bf16(16, 32)
+    with pytest.warns(FallbackWarning, match=r"m=40 n=16 k=32: no tuned kernel"):
+        torch.ops.tsopt.gemm(a, b)
+    # The route for this signature is remembered; loading a kernel for the shape replaces it:
+    # the next call is routed to the kernel, which refuses the CPU tensors (a fallback again,
+    # now for that reason, not "no tuned kernel").
+    more = write_package(tmp_path / "more", [("gemm", "bf16", {"m": 40, "n": 16, "k": 32}, "e" * 64)])
+    torch_ops.load(more, preload=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.ops.tsopt.gemm(a, b)
+    seen = {f.sizes: f for f in torch_ops.fallbacks() if f.op == "gemm"}[(("m", 40), ("n", 16), ("k", 32))]
+    assert seen.calls == 2 and len(seen.reasons) == 2, seen
+    assert any("gemm_bf16_40x16x32 cannot take these tensors (a: not on a CUDA device" in r
+               for r in seen.reasons), seen.reasons
+    assert caught == []  # warned once per shape, already
+
+
+def test_the_ops_are_registered_without_custom_ops_wrapper(package) -> None:  # type: ignore[no-untyped-def]
+    # torch.library.custom_op wraps every call in Python (tens of microseconds on the GPU
+    # machine); the ops are plain Library kernels, tagged for torch.compile and torch.export.
+    for name in (GEMM, "gemm"):
+        overload = getattr(torch.ops.tsopt, name).default
+        assert torch.Tag.pt2_compliant_tag in overload.tags
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "CompositeExplicitAutograd")
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "Meta")
+    assert not isinstance(getattr(torch.ops.tsopt, GEMM), torch._library.custom_ops.CustomOpDef)
+
+
+# -- the launch path, on a simulated device ---------------------------------------------------------
+
+RECORDING_LAUNCH_C = """
+static void *seen[8];
+static void *seen_stream;
+static int launches;
+int tsopt_load(void) { return 0; }
+int tsopt_launch(void **data, int n, void *stream) {
+  for (int i = 0; i < n && i < 8; ++i) seen[i] = data[i];
+  seen_stream = stream;
+  return ++launches > 0 ? 0 : 1;
+}
+int sim_launches(void) { return launches; }
+void *sim_seen(int i) { return seen[i]; }
+void *sim_stream(void) { return seen_stream; }
+"""
+
+
+@pytest.fixture
+def simulated_device(package, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:  # type: ignore[no-untyped-def]
+    """A SIMULATED CUDA device (no GPU here): ``make(m)`` registers a kernel for gemm bf16
+    m x 16 x 64 (one m per test: the registry is the process's) whose libkernel.so records what
+    it was launched with and launches nothing; CPU tensors pass as if on the device (the device
+    check is the one problem dropped), the current device and stream are constants. What stays
+    real: the registration, the other checks, the signature caches, the output, the ctypes call.
+    Returns the recorder library and the list that counts the op's input checks."""
+    loader = torch_ops._loader
+    real = loader.tensor_problems
+    monkeypatch.setattr(loader, "tensor_problems", lambda spec, t, tracing=False: [
+        p for p in real(spec, t, tracing) if not p.startswith("not on a CUDA device")])
+    monkeypatch.setattr(loader, "current_device_index", lambda: None)
+    monkeypatch.setattr(loader, "current_stream_handle", lambda index: 0x5EED)
+    checked: list[int] = []
+    real_input_problems = torch_ops.input_problems
+    monkeypatch.setattr(torch_ops, "input_problems", lambda kernel, tensors, tracing=False: (
+        checked.append(1), real_input_problems(kernel, tensors, tracing))[1])
+
+    def make(m: int) -> tuple[Any, list[int]]:
+        top = write_package(tmp_path / "sim", [("gemm", "bf16", {"m": m, "n": 16, "k": 64}, "f" * 64)])
+        kernel_dir = top / f"gemm_bf16_{m}x16x64"
+        (kernel_dir / "sim.c").write_text(RECORDING_LAUNCH_C)
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(kernel_dir / "libkernel.so"),
+                        str(kernel_dir / "sim.c")], check=True)
+        torch_ops.load(top, preload=False)
+        recorder = ctypes.CDLL(str(kernel_dir / "libkernel.so"))
+        recorder.sim_seen.restype = recorder.sim_stream.restype = ctypes.c_void_p
+        recorder.sim_seen.argtypes = [ctypes.c_int]
+        return recorder, checked
+
+    return make
+
+
+def test_a_known_signature_launches_unchecked_and_a_bad_one_is_still_refused(simulated_device) -> None:  # type: ignore[no-untyped-def]
+    recorder, checked = simulated_device(32)
+    op = torch.ops.tsopt.gemm_bf16_32x16x64
+    a, b = bf16(32, 64), bf16(16, 64)
+    d = op(a, b)
+    assert (d.shape, d.dtype) == ((32, 16), torch.bfloat16) and recorder.sim_launches() == 1
+    assert [recorder.sim_seen(i) for i in range(3)] == [a.data_ptr(), b.data_ptr(), d.data_ptr()]
+    assert recorder.sim_stream() == 0x5EED and len(checked) == 1
+    fresh = bf16(32, 64)  # another tensor of the same signature: no check again
+    op(fresh, b)
+    assert recorder.sim_launches() == 2 and len(checked) == 1 and recorder.sim_seen(0) == fresh.data_ptr()
+    for bad, message in ((_misaligned(32, 64), "not 16-byte aligned"),
+                         (bf16(64, 32).t(), "not contiguous"), (bf16(32, 64).half(), "dtype torch.float16")):
+        with pytest.raises(KernelInputError, match=message):
+            op(bad, b)
+    assert recorder.sim_launches() == 2 and len(checked) == 4  # each refused one was checked
+    # The dispatcher: routed once, then straight to the kernel; a misaligned input falls back.
+    torch.ops.tsopt.gemm(a, b)
+    torch.ops.tsopt.gemm(a, b)
+    assert recorder.sim_launches() == 4 and len(checked) == 5
+    misaligned = _misaligned(32, 64)
+    with pytest.warns(FallbackWarning, match="m=32 n=16 k=64: torch.ops.tsopt.gemm_bf16_32x16x64 cannot "
+                      "take these tensors .*not 16-byte aligned"):
+        out = torch.ops.tsopt.gemm(misaligned, b)
+    assert torch.equal(out, torch.matmul(misaligned, b.t())) and recorder.sim_launches() == 4
+
+
+def test_the_loader_call_checks_once_per_signature_too(simulated_device) -> None:  # type: ignore[no-untyped-def]
+    recorder, _ = simulated_device(48)
+    kernel = torch_ops._library(next(k for k in torch_ops.registered() if k.name == "gemm_bf16_48x16x64"))
+    a, b = bf16(48, 64), bf16(16, 64)
+    out = torch.empty(48, 16, dtype=torch.bfloat16)
+    before = recorder.sim_launches()
+    assert kernel(a, b, out=out) is out
+    assert [recorder.sim_seen(i) for i in range(3)] == [a.data_ptr(), b.data_ptr(), out.data_ptr()]
+    kernel(a, b)
+    assert recorder.sim_launches() == before + 2 and len(kernel._passed) == 2  # with out= and without
+    with pytest.raises(KernelInputError, match=r"d: shape \(16, 48\) != \(48, 16\)"):
+        kernel(a, b, out=torch.empty(16, 48, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="expected a torch.Tensor"):
+        kernel(a, "b")
+    assert recorder.sim_launches() == before + 2

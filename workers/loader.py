@@ -16,8 +16,11 @@ Usage::
     kernel(a, b, out=d)                     # or into an existing output
 
 It launches on torch's current CUDA stream and checks every tensor first (shape, dtype,
-device, layout, alignment: :class:`KernelInputError`). ``torch_ops.py`` beside it registers
-the kernel as a PyTorch op, for ``torch.compile`` and CUDA graphs.
+device, layout, alignment: :class:`KernelInputError`). The checks run once per signature (each
+tensor's sizes, strides, dtype, device and whether its data pointer is aligned:
+:func:`signature`); a call whose signature passed before launches at once, so the host cost of
+a call stays near a vendor library's. ``torch_ops.py`` beside it registers the kernel as a
+PyTorch op, for ``torch.compile`` and CUDA graphs.
 
 The library's CUDA runtime is linked dynamically (libcudart.so.12 or .13):
 this module loads ``libcuda.so.1`` and a matching libcudart with
@@ -31,6 +34,7 @@ import ctypes
 import glob
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +49,10 @@ TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfl
 TMA_ALIGNMENT = 16
 """Bytes a tensor's data pointer must be a multiple of: the TMA unit needs 16-byte aligned
 global addresses (a tensor sliced at an odd offset is contiguous but not aligned)."""
+
+MAX_SIGNATURES = 1024
+"""Signatures a cache of passed checks holds; past it the cache starts again (a caller whose
+shapes never repeat pays the full checks on every call, nothing worse)."""
 
 
 class KernelLoadError(RuntimeError):
@@ -108,6 +116,23 @@ class CudaLibraries:
 
 
 _CUDA: dict[str, CudaLibraries] = {}
+
+
+def _stream_handle(device_index: int) -> int:
+    return int(torch.cuda.current_stream(device_index).cuda_stream)
+
+
+def _device_index() -> int:
+    return torch.cuda.current_device()
+
+
+# The raw queries behind torch.cuda.current_stream() and current_device(), bound directly: the
+# public ones build Python objects on every call, microseconds in a launch's hot path. A
+# CPU-only torch lacks them (and never launches).
+current_stream_handle: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", _stream_handle)
+"""The ``cudaStream_t`` of torch's current stream on a device (a capture's stream inside
+``torch.cuda.graph``), as an integer."""
+current_device_index: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", _device_index)
 
 
 def needed_cudart(library: Path) -> str | None:
@@ -189,6 +214,7 @@ class KernelLibrary:
         self._load.restype = ctypes.c_int
         self._launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_void_p]
         self._launch.restype = ctypes.c_int
+        self.launch_symbol = self._launch  # the ctypes function itself, argtypes set once
 
     @classmethod
     def open(cls, artifact_dir: Path, manifest: Any) -> KernelLibrary:
@@ -278,6 +304,22 @@ def tensor_problems(spec: TensorSpec, tensor: Any, tracing: bool = False) -> lis
     return problems
 
 
+def signature(tensors: Any) -> tuple[Any, ...]:
+    """What :func:`tensor_problems` reads of each tensor, as a hashable key: sizes, strides,
+    dtype, device and whether the data pointer is :data:`TMA_ALIGNMENT`-aligned (contiguity
+    follows from sizes and strides). Tensors of one signature pass or fail the checks alike.
+    Raises AttributeError or TypeError for what is not a tensor."""
+    return tuple([(t.shape, t.stride(), t.dtype, t.device, not t.data_ptr() % TMA_ALIGNMENT)
+                  for t in tensors])
+
+
+def remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    """``cache[key] = value``, the cache started again once it holds :data:`MAX_SIGNATURES`."""
+    if len(cache) >= MAX_SIGNATURES:
+        cache.clear()
+    cache[key] = value
+
+
 class LoadedKernel:
     """A kernel library bound to its tensor signature; call it with torch tensors."""
 
@@ -288,6 +330,14 @@ class LoadedKernel:
         self.outputs = [t for t in self.manifest.tensors if t.role == "output"]
         self.library = KernelLibrary.open(self.directory, self.manifest)
         self._loaded = False
+        # launch()'s tensors come inputs first, then outputs; the library takes them in
+        # artifact.json's order.
+        given = [t.name for t in self.inputs + self.outputs]
+        self._abi_order = [given.index(t.name) for t in self.manifest.tensors]
+        self._pointers = ctypes.c_void_p * len(self.manifest.tensors)
+        self._launch_symbol = self.library.launch_symbol
+        self._output_specs = [(t.shape, TORCH_DTYPES[t.dtype]) for t in self.outputs]
+        self._passed: dict[tuple[Any, ...], None] = {}  # signatures whose checks passed
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.inputs)
@@ -311,37 +361,54 @@ class LoadedKernel:
             raise RuntimeError(f"module load failed: {self.library.cuda.runtime.describe(code)}")
         self._loaded = True
 
-    def __call__(self, *inputs: torch.Tensor, out: Any = None) -> Any:
-        """Run on ``inputs`` (artifact order); returns the output(s), allocated unless ``out``."""
+    def launch(self, tensors: Any, device_index: int) -> None:
+        """Launch on ``tensors`` (inputs, then outputs) on the current stream of CUDA device
+        ``device_index``, unchecked: for a caller that checked this signature already (the
+        call below, torch_ops.py). Raises RuntimeError if the launch fails."""
+        pointers = self._pointers(*[tensors[i].data_ptr() for i in self._abi_order])
+        if current_device_index() == device_index:
+            code = self._launch_symbol(pointers, len(pointers), current_stream_handle(device_index))
+        else:
+            # The library launches on the current device's context.
+            with torch.cuda.device(device_index):
+                code = self._launch_symbol(pointers, len(pointers), current_stream_handle(device_index))
+        if code != 0:
+            raise RuntimeError(f"launch failed: {self.library.cuda.runtime.describe(code)}")
+
+    def _admit(self, inputs: Any, outs: Any, key: Any) -> None:
+        """The full checks, raising what is wrong; once they pass, ``key`` is remembered."""
         if len(inputs) != len(self.inputs):
             names = ", ".join(t.name for t in self.inputs)
             raise TypeError(f"kernel takes {len(self.inputs)} inputs ({names}), got {len(inputs)}")
         for spec, tensor in zip(self.inputs, inputs, strict=True):
             self._check(spec, tensor)
-        device = inputs[0].device if inputs else torch.device("cuda")
-        if out is None:
-            outs = [
-                torch.empty(t.shape, dtype=TORCH_DTYPES[t.dtype], device=device)
-                for t in self.outputs
-            ]
-        else:
-            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if outs is not None:
             if len(outs) != len(self.outputs):
                 raise TypeError(
                     f"kernel writes {len(self.outputs)} outputs, got {len(outs)} in out="
                 )
             for spec, tensor in zip(self.outputs, outs, strict=True):
                 self._check(spec, tensor)
-        by_name = {t.name: x for t, x in zip(self.inputs, inputs, strict=True)}
-        by_name.update({t.name: x for t, x in zip(self.outputs, outs, strict=True)})
-        with torch.cuda.device(device):
-            self.load_module()
-            ptrs = (ctypes.c_void_p * len(self.manifest.tensors))(
-                *(by_name[t.name].data_ptr() for t in self.manifest.tensors)
-            )
-            code = self.library.launch(ptrs, torch.cuda.current_stream().cuda_stream)
-        if code != 0:
-            raise RuntimeError(f"launch failed: {self.library.cuda.runtime.describe(code)}")
+        self.load_module()
+        if key is not None:
+            remember(self._passed, key, None)
+
+    def __call__(self, *inputs: torch.Tensor, out: Any = None) -> Any:
+        """Run on ``inputs`` (artifact order); returns the output(s), allocated unless ``out``.
+        Checked once per signature of ``inputs`` (and ``out``)."""
+        outs = None if out is None else (list(out) if isinstance(out, (tuple, list)) else [out])
+        try:
+            key: Any = (signature(inputs), None if outs is None else signature(outs))
+        except (AttributeError, TypeError):
+            key = None  # not tensors: the checks say what is wrong
+        if key is None or key not in self._passed:
+            self._admit(inputs, outs, key)
+        device = inputs[0].device if inputs else torch.device("cuda", current_device_index())
+        if outs is None:
+            outs = [torch.empty(shape, dtype=dtype, device=device)
+                    for shape, dtype in self._output_specs]
+        index = device.index if device.index is not None else current_device_index()
+        self.launch((*inputs, *outs), index)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 

@@ -21,11 +21,16 @@ Two kinds of op:
   (``torch.matmul(a, b.t())``, ``src.clone()``) and warns once per shape, saying why
   (:class:`FallbackWarning`; :func:`fallbacks` lists them).
 
-Both have a fake (meta) implementation, so ``torch.compile(fullgraph=True)`` traces a model
-that calls them without a graph break. The kernel launches on the current CUDA stream
-(``torch.cuda.current_stream()``), so a CUDA graph captures it. Its module is loaded by
-:func:`load` where CUDA is available (else at the first call): loading is not stream work, so
-it must not first happen inside a capture. The ops have no autograd formula (forward only).
+Both are registered through ``torch.library.Library`` (a schema and a plain Python kernel: the
+dispatcher calls it directly, without ``torch.library.custom_op``'s per-call wrapper) and have
+a fake (meta) implementation, so ``torch.compile(fullgraph=True)`` traces a model that calls
+them without a graph break. Each op checks its inputs once per signature (sizes, strides,
+dtype, device, data alignment: ``loader.signature``) and remembers the outcome (the
+dispatcher: which kernel, or why it falls back); a call of a known signature goes straight to
+the launch, so an op's host cost stays near torch.matmul's. The kernel launches on the current
+CUDA stream, so a CUDA graph captures it. Its module is loaded by :func:`load` where CUDA is
+available (else at the first call): loading is not stream work, so it must not first happen
+inside a capture. The ops have no autograd formula (forward only).
 The registry is this module's: load every package of a process through one import of it.
 """
 
@@ -247,6 +252,12 @@ _TABLE: dict[tuple[str, str, Sizes], PackagedKernel] = {}  # (op, dtype, sizes) 
 _LOADED: dict[str, Any] = {}  # op name -> loader.LoadedKernel, opened on first use
 _DISPATCHERS: set[str] = set()
 _FALLBACKS: dict[tuple[str, str, Sizes], tuple[set[str], list[int]]] = {}  # -> (reasons, [calls])
+_ROUTES: dict[str, dict[Any, Any]] = {}  # op -> signature -> its kernel, or why it falls back
+# Kept alive: the ops live while it does.
+_LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")  # type: ignore[no-untyped-call]
+# Tells torch.compile and torch.export the ops keep to what they expect of an op (a functional
+# schema, a fake implementation).
+_TAGS = (torch.Tag.pt2_compliant_tag,)
 
 
 def _library(kernel: PackagedKernel) -> Any:
@@ -256,13 +267,34 @@ def _library(kernel: PackagedKernel) -> Any:
     return loaded
 
 
-def _launch(kernel: PackagedKernel, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    result: torch.Tensor = _library(kernel)(*tensors)
-    return result
+def _launcher(kernel: PackagedKernel) -> Callable[[Sequence[torch.Tensor]], torch.Tensor]:
+    """The launch of ``kernel`` on inputs whose signature passed its checks: the output
+    allocated on their device, the kernel launched on its current stream."""
+    loaded = _library(kernel)
+    loaded.load_module()
+    launch = loaded.launch
+    shape, dtype = kernel.output.shape, TORCH_DTYPES[kernel.output.dtype]
+
+    def run(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+        device = tensors[0].device
+        out = torch.empty(shape, dtype=dtype, device=device)
+        launch((*tensors, out), device.index)
+        return out
+
+    return run
 
 
 def _schema(arguments: Sequence[str]) -> str:
     return "(" + ", ".join(f"Tensor {name}" for name in arguments) + ") -> Tensor"
+
+
+def _define(name: str, arguments: Sequence[str], run: Callable[..., torch.Tensor],
+            fake: Callable[..., torch.Tensor]) -> None:
+    _LIBRARY.define(name + _schema(arguments), tags=_TAGS)  # type: ignore[no-untyped-call]
+    # Every backend reaches ``run`` (which refuses what is not on a CUDA device by name); meta
+    # and fake tensors reach ``fake``.
+    _LIBRARY.impl(name, run, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
 
 
 def _register_kernel(kernel: PackagedKernel) -> None:
@@ -274,12 +306,20 @@ def _register_kernel(kernel: PackagedKernel) -> None:
                 f"{known.genome_hash[:12]}); {kernel.directory} holds another kernel "
                 f"({kernel.genome_hash[:12]}) for {kernel.problem_text}: load one of them")
         return
+    passed: dict[Any, Any] = {}  # signature -> the launcher, for inputs that passed the checks
+    signature, remember = _loader.signature, _loader.remember
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
-        problems = input_problems(kernel, tensors)
-        if problems:
-            raise _refuse(kernel, problems)
-        return _launch(kernel, tensors)
+        key = signature(tensors)
+        launcher = passed.get(key)
+        if launcher is None:
+            problems = input_problems(kernel, tensors)
+            if problems:
+                raise _refuse(kernel, problems)
+            launcher = _launcher(kernel)
+            remember(passed, key, launcher)
+        result: torch.Tensor = launcher(tensors)
+        return result
 
     def fake(*tensors: torch.Tensor) -> torch.Tensor:
         problems = input_problems(kernel, tensors, tracing=True)
@@ -287,9 +327,7 @@ def _register_kernel(kernel: PackagedKernel) -> None:
             raise _refuse(kernel, problems)
         return tensors[0].new_empty(kernel.output.shape, dtype=TORCH_DTYPES[kernel.output.dtype])
 
-    op = torch.library.custom_op(f"{NAMESPACE}::{kernel.name}", run, mutates_args=(),
-                                 schema=_schema([t.name for t in kernel.inputs]))
-    op.register_fake(fake)
+    _define(kernel.name, [t.name for t in kernel.inputs], run, fake)
     _KERNELS[kernel.name] = kernel
 
 
@@ -307,32 +345,44 @@ def _note_fallback(kind: OpKind, dtype: torch.dtype, sizes: Sizes, reason: str) 
                       FallbackWarning, stacklevel=2)
 
 
+def _route(kind: OpKind, tensors: Sequence[torch.Tensor]) -> Any:
+    """Where the dispatcher sends ``tensors``: a tuned kernel's launcher, or (a string) why it
+    falls back to torch. Raises KernelInputError for what the op cannot mean."""
+    sizes = kind.sizes(tensors)
+    dtype_name = DTYPE_NAMES.get(tensors[0].dtype, str(tensors[0].dtype))
+    kernel = _TABLE.get((kind.name, dtype_name, sizes))
+    if kernel is None:
+        tuned = sorted(k.problem_text for k in _TABLE.values() if k.op == kind.name)
+        return f"no tuned kernel for this shape and dtype (tuned: {', '.join(tuned) or 'none'})"
+    problems = input_problems(kernel, tensors)
+    if problems:
+        return f"{kernel.qualified} cannot take these tensors ({'; '.join(problems)})"
+    return _launcher(kernel)
+
+
 def _register_dispatcher(kind: OpKind) -> None:
     if kind.name in _DISPATCHERS:
         return
+    routes = _ROUTES.setdefault(kind.name, {})
+    signature, remember = _loader.signature, _loader.remember
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
-        sizes = kind.sizes(tensors)
-        dtype_name = DTYPE_NAMES.get(tensors[0].dtype, str(tensors[0].dtype))
-        kernel = _TABLE.get((kind.name, dtype_name, sizes))
-        if kernel is not None:
-            problems = input_problems(kernel, tensors)
-            if not problems:
-                return _launch(kernel, tensors)
-            reason = f"{kernel.qualified} cannot take these tensors ({'; '.join(problems)})"
-        else:
-            tuned = sorted(k.problem_text for k in _TABLE.values() if k.op == kind.name)
-            reason = f"no tuned kernel for this shape and dtype (tuned: {', '.join(tuned) or 'none'})"
-        _note_fallback(kind, tensors[0].dtype, sizes, reason)
-        return kind.fallback(tensors)
+        key = signature(tensors)
+        route = routes.get(key)
+        if route is None:
+            route = _route(kind, tensors)
+            remember(routes, key, route)
+        if type(route) is str:
+            _note_fallback(kind, tensors[0].dtype, kind.sizes(tensors), route)
+            return kind.fallback(tensors)
+        result: torch.Tensor = route(tensors)
+        return result
 
     def fake(*tensors: torch.Tensor) -> torch.Tensor:
         sizes = kind.sizes(tensors)
         return tensors[0].new_empty(kind.out_shape(sizes), dtype=tensors[0].dtype)
 
-    op = torch.library.custom_op(f"{NAMESPACE}::{kind.name}", run, mutates_args=(),
-                                 schema=_schema(kind.arguments))
-    op.register_fake(fake)
+    _define(kind.name, kind.arguments, run, fake)
     _DISPATCHERS.add(kind.name)
 
 
@@ -357,6 +407,8 @@ def load(directory: Path | str | None = None, preload: bool | None = None) -> Ke
         _register_kernel(kernel)
         _register_dispatcher(OP_KINDS[kernel.op])
         _TABLE.setdefault((kernel.op, kernel.dtype, kernel.sizes), kernel)
+    for routes in _ROUTES.values():
+        routes.clear()  # a shape that fell back may have a kernel now
     if preload if preload is not None else torch.cuda.is_available():
         for kernel in package.kernels:
             _library(kernel).load_module()
