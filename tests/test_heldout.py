@@ -315,3 +315,27 @@ def test_a_heldout_file_of_another_kind_is_refused(tmp_path: Path) -> None:
         load_heldout(other)
     with pytest.raises(UserInputError, match="cannot be read"):
         load_heldout(tmp_path / "absent.json")
+
+
+def test_library_update_leaves_heldout_measurements_out(tmp_path: Path) -> None:
+    from tsopt.core.records import Measurement
+
+    space = get_space("gemm")
+    genome = space.seed_genome(HELD.problems[0].problem)
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    suite = Problem.of("gemm", "bf16", m=1024, n=1024, k=1024)
+    with Store(url) as store:
+        for name, problem in (("held", HELD.problems[0].problem), ("suite", suite)):
+            store.create_or_get_study(name, "gemm", problem, "sm_90a", "evolve", {})
+            cid = store.add_candidate(name, genome, "suggest")
+            store.record_measurement(cid, Measurement(
+                genome.hash, problem.key, "ok", median_us=10.0, ratio=1.1, ratio_lo=1.09,
+                ratio_hi=1.11, rounds=8, baseline_name="SYNTHETIC", device=SYNTHETIC_DEVICE),
+                "synthetic")
+            store.set_study_status(name, "finished")
+    library = tmp_path / "library.json"
+    result = CliRunner().invoke(app, ["library", "update", "--db", url, "--library",
+                                      str(library)])
+    assert result.exit_code == 0, result.output
+    assert f"1 measured genomes of {HELD.problems[0].problem.key} left out" in result.output
+    assert [e.problem for e in load_library(library)] == [suite]
