@@ -261,6 +261,7 @@ def test_a_leave_one_shape_out_study_starts_from_other_shapes_only(
     assert seeded[0]["seed_library_problem"] == near.key
     assert not [t for t in trials if "warm_start_from" in t.user_attrs]
     assert "seed library: exclude-self, 1 entry of copy-fp16-256x512 left out" in out.getvalue()
+    assert "library: exclude-self (leave-one-shape-out" in out.getvalue()  # the summary
     assert document["library"] == "exclude-self"
 
 

@@ -26,7 +26,7 @@ results.json). ``--runner-arg`` passes options to the runner (e.g. a launch mode
 On the GPU machine, the DSL on PYTHONPATH (bench/device_dsl/README.md)::
 
     python3 bench/oracle/build_and_measure.py --plan bench/oracle/plans/decode-wide.json \
-        --state /tmp/oracle --workers 15 --deadline 540 --out $OUT
+        --state /tmp/oracle --workers 15 --deadline 520 --out $OUT
 """
 
 from __future__ import annotations
@@ -259,14 +259,14 @@ def measure_plan(plan: dict[str, Any], rows: list[dict[str, Any]], args: argpars
                           TSOPT_PAIRED_WARMUP_MAX_S=str(args.screen_warmup_s))
         if screen is not None:
             calls.append(measure(screen, screen_env, args.runner_arg,
-                                 stop_at - time.time() + 60, say))
+                                 stop_at - time.time() + 20, say))
         best = set(fastest_correct(results_of(screen), args.confirm))
         if best and time.time() < stop_at:
             confirm = bundle_of(state / "confirm", plan,
                                 [r for r in rows if r["genome_hash"] in best], "confirm")
             if confirm is not None:
                 calls.append(measure(confirm, dict(os.environ), args.runner_arg,
-                                     stop_at - time.time() + 60, say))
+                                     stop_at - time.time() + 20, say))
     built = [r for r in rows if r.get("artifact_dir")]
     return {
         "name": plan["name"], "problem": plan["problem"], "space": plan["space"],
@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2),
                         help="build processes (default: the cores less two, which the "
                              "measuring runner uses while the next plan builds)")
-    parser.add_argument("--deadline", type=float, default=540.0, help="seconds from the start")
+    parser.add_argument("--deadline", type=float, default=520.0, help="seconds from the start")
     parser.add_argument("--confirm", type=int, default=16)
     parser.add_argument("--screen-cap-s", type=float, default=0.15)
     parser.add_argument("--screen-warmup-s", type=float, default=0.05)
