@@ -173,6 +173,8 @@ def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, An
         "problem_key": info.problem_key,
         "arch": info.arch,
         "sampler": info.sampler,
+        # What the study started from (on, off, exclude-self); older studies did not record it.
+        "library": info.config.get("library") or "not recorded",
         "status": info.status,
         "config": info.config,
         "created_at": info.created_at.isoformat(timespec="seconds"),

@@ -50,6 +50,9 @@ app.add_typer(db_app, name="db")
 library_app = typer.Typer(help="The seed library new studies start from: `tsopt library show`, "
                                "`tsopt library update`.", no_args_is_help=True)
 app.add_typer(library_app, name="library")
+heldout_app = typer.Typer(help="The held-out problems the search is judged on: `tsopt heldout "
+                               "list`.", no_args_is_help=True)
+app.add_typer(heldout_app, name="heldout")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -351,6 +354,21 @@ def library_update(
         from tsopt.app.library import library_update as update
 
         code = update(db, tuple(study or ()), evidence_files(evidence or ()), library, console)
+    raise typer.Exit(code)
+
+
+@heldout_app.command("list")
+def heldout_list(
+    file: Path | None = typer.Option(None, "--file", help=(
+        "Held-out set (default: the one shipped in the package, tsopt/data/heldout.json).")),
+    json_out: bool = typer.Option(False, "--json", help="Print the set as JSON."),
+) -> None:
+    """The frozen held-out problems, each checked against its space: name, problem, shape
+    class, regime and the oracle's candidate count (bench/oracle)."""
+    with _Guard():
+        from tsopt.app.heldout import heldout_list as show
+
+        code = show(file, console, as_json=json_out)
     raise typer.Exit(code)
 
 

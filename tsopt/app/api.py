@@ -81,8 +81,8 @@ def _seconds(time: str | float | None) -> float | None:
 
 # The TuneRequest fields tune() passes through as they are (the others it builds itself).
 _PASSED = ("sampler", "arch", "study", "bundle_dir", "workers", "seed", "cache_dir", "measure",
-           "ray_address", "patience", "warm_start", "knobs", "pool", "library", "gpus",
-           "deterministic")
+           "ray_address", "patience", "warm_start", "knobs", "pool", "library",
+           "library_exclude_self", "gpus", "deterministic")
 
 
 def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | None = None,
@@ -94,7 +94,8 @@ def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | N
     (candidates), ``time`` (``"30m"`` or seconds). ``options``: ``sampler``, ``arch``,
     ``study``, ``bundle_dir``, ``workers``, ``seed``, ``cache_dir``, ``measure`` (auto, never,
     always), ``ray_address``, ``patience``, ``warm_start``, ``knobs`` (``["stages=2,4"]``),
-    ``pool``, ``library`` (start from the seed library), ``gpus`` (GPUs measuring; None: every
+    ``pool``, ``library`` (start from the seed library), ``library_exclude_self``
+    (leave-one-shape-out: without the problem's own entries), ``gpus`` (GPUs measuring; None: every
     one), ``deterministic``. ``progress`` shows the live view on the terminal."""
     from tsopt.db.store import Store
     from tsopt.search.driver import Driver

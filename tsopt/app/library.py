@@ -295,7 +295,8 @@ def entries_from_evidence(paths: Sequence[Path], arch: str = "sm_90a",
 def library_update(db: str | None, studies: Sequence[str], evidence: Sequence[Path],
                    path: Path | None, console: Console) -> int:
     """Merge the best of ``db``'s finished studies (or ``studies``) and of ``evidence`` into
-    the library at ``path``; prints what changed. Returns 0."""
+    the library at ``path``, less any genome measured on a held-out problem
+    (:mod:`tsopt.app.heldout`: said, never merged); prints what changed. Returns 0."""
     if db is None and not evidence:
         raise UserInputError("tsopt library update: give --db URL (finished studies) or "
                              "--evidence FILE (committed results)")
@@ -316,6 +317,16 @@ def library_update(db: str | None, studies: Sequence[str], evidence: Sequence[Pa
         finally:
             store.close()
     new += entries_from_evidence(list(evidence))
+    # The held-out problems are judged, never learned from (tsopt/data/heldout.json).
+    from tsopt.app.heldout import load_heldout
+
+    heldout = load_heldout()
+    kept = [e for e in new if not heldout.holds(e.problem)]
+    if len(kept) < len(new):
+        console.print(f"held-out problems: {len(new) - len(kept)} measured genomes of "
+                      + ", ".join(sorted({e.problem.key for e in new if heldout.holds(e.problem)}))
+                      + " left out (tsopt heldout list)", highlight=False)
+    new = kept
     where = library_path(path)
     before = load_library(where)
     after = merge(before, new)

@@ -54,6 +54,10 @@ WARM_HELP = ("Start a new study from the best genomes of finished studies of the
              "and dtype on the nearest shapes in the database.")
 LIBRARY_HELP = ("Start a new study from the seed library's best-known schedules for the nearest "
                 "shape class (`tsopt library show`), those the verifier accepts here.")
+LIBRARY_EXCLUDE_SELF_HELP = (
+    "Leave-one-shape-out: the seed library without its entries of this very problem (same op, "
+    "dtype and sizes; other shapes' entries stay), and no warm start from studies of it. The "
+    "study records its library mode (on, off, exclude-self); the summary and report show it.")
 DETERMINISTIC_HELP = ("Only schedules whose output is bit-identical run after run (no atomic "
                       "reductions); refused up front if the space has none for the problem.")
 KNOB_HELP = ("Restrict a knob to some of its choices, e.g. --knob stages=2,4 (repeatable; one "
@@ -81,6 +85,8 @@ TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("gpus", str, typer.Option("all", help=GPUS_HELP)),
     ("warm_start", bool, typer.Option(True, "--warm-start/--no-warm-start", help=WARM_HELP)),
     ("library", bool, typer.Option(True, "--library/--no-library", help=LIBRARY_HELP)),
+    ("library_exclude_self", bool, typer.Option(False, "--library-exclude-self",
+                                                help=LIBRARY_EXCLUDE_SELF_HELP)),
     ("seed", int, typer.Option(0, help="Sampler seed.")),
     ("deterministic", bool, typer.Option(False, "--deterministic", help=DETERMINISTIC_HELP)),
 )
@@ -134,6 +140,7 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
                 bundle_dir=options["bundle"], workers=options["workers"], seed=options["seed"],
                 ray_address=options["ray_address"], patience=options["patience"],
                 warm_start=options["warm_start"], library=options["library"],
+                library_exclude_self=options["library_exclude_self"],
                 knobs=tuple(options["knob"] or ()),
                 pool=options["pool"], gpus=parse_gpus(options["gpus"]),
                 deterministic=options["deterministic"],

@@ -246,7 +246,8 @@ class Driver:
         info = self.store.create_or_get_study(
             self.name, space.name, request.problem, request.arch, request.sampler,
             {"trials": request.trials, "time_budget_s": request.time_budget_s,
-             "seed": request.seed, "knobs": list(request.knobs)},
+             "seed": request.seed, "knobs": list(request.knobs),
+             "library": request.library_mode},
         )
         self.study = open_study(self.store, self.name,
                                 optuna.samplers.RandomSampler(seed=request.seed))
@@ -314,7 +315,8 @@ class Driver:
                 from tsopt.search.library import seed_study
 
                 seed_study(self.study, self.space, self.view, request.problem, request.arch,
-                           self.predict, lambda text: self.console.print(text, highlight=False))
+                           self.predict, lambda text: self.console.print(text, highlight=False),
+                           exclude_self=request.library_exclude_self)
             if request.warm_start and not trials:
                 self._warm_start()
             signal.signal(signal.SIGINT, self._on_sigint)
@@ -352,7 +354,8 @@ class Driver:
         from tsopt.search.warm_start import enqueue, nearby_best
 
         starts = nearby_best(self.store, self.space.name, self.request.problem,
-                             self.request.arch, exclude=self.name)
+                             self.request.arch, exclude=self.name,
+                             exclude_self=self.request.library_exclude_self)
         if not starts:
             return
         count = enqueue(self.study, self.space, self.view, starts)

@@ -17,7 +17,10 @@ the new problem (the caller's ``judge``), at most :data:`LIMIT`.
 
 A new study enqueues them before anything else (origin ``warm_start``, user attribute
 ``seed_library`` naming the entry's source), as :mod:`tsopt.search.warm_start` does for
-nearby studies in the same database; ``tsopt tune --no-library`` switches it off.
+nearby studies in the same database; ``tsopt tune --no-library`` switches it off, and
+``--library-exclude-self`` leaves out the entries of the study's own problem (same op, dtype
+and sizes: leave-one-shape-out, the mode a held-out figure is made in; other shapes' entries
+stay).
 """
 
 from __future__ import annotations
@@ -183,13 +186,18 @@ def merge(entries: Iterable[LibraryEntry], new: Iterable[LibraryEntry],
 
 def lookup(entries: Sequence[LibraryEntry], space: str, problem: Problem, arch: str,
            judge: Judge | None = None, limit: int = LIMIT,
-           max_class_distance: float = MAX_CLASS_DISTANCE) -> list[LibraryEntry]:
+           max_class_distance: float = MAX_CLASS_DISTANCE,
+           exclude_self: bool = False) -> list[LibraryEntry]:
     """The entries a new study of ``space`` on ``problem`` starts from (see the module doc):
     nearest class, nearest shape, best evidence first; only genomes ``judge`` accepts for
-    ``problem``; one per genome."""
+    ``problem``; one per genome. ``exclude_self``: none of ``problem``'s own entries (same op,
+    dtype and sizes), whatever their space or arch: leave-one-shape-out; a genome measured
+    on another shape too still comes through that shape's entry."""
     near = []
     for entry in entries:
         if entry.space != space or entry.arch != arch:
+            continue
+        if exclude_self and entry.problem == problem:
             continue
         distance = class_distance(entry.problem, problem)
         if distance > max_class_distance:
@@ -250,9 +258,16 @@ def enqueue(study: Any, space: SearchSpace, view: KnobView,
 
 def seed_study(study: Any, space: SearchSpace, view: KnobView, problem: Problem, arch: str,
                judge: Judge | None, say: Callable[[str], None],
-               path: Path | str | None = None) -> int:
-    """A new study's first trials: the library's entries for ``problem`` (the driver's hook)."""
-    entries = lookup(load_library(path), space.name, problem, arch, judge)
+               path: Path | str | None = None, exclude_self: bool = False) -> int:
+    """A new study's first trials: the library's entries for ``problem`` (the driver's hook);
+    ``exclude_self``: without ``problem``'s own entries (leave-one-shape-out, said)."""
+    held = load_library(path)
+    if exclude_self:
+        own = sum(1 for e in held if e.space == space.name and e.arch == arch
+                  and e.problem == problem)
+        say(f"seed library: exclude-self, {own} entr{'y' if own == 1 else 'ies'} of "
+            f"{problem.key} left out")
+    entries = lookup(held, space.name, problem, arch, judge, exclude_self=exclude_self)
     count = enqueue(study, space, view, entries) if entries else 0
     if count:
         say(f"seed library: {count} genome{'s' if count != 1 else ''} from "

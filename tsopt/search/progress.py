@@ -181,6 +181,19 @@ def cpu_line(stats: TuneStats) -> str | None:
             f"{own:.0f} CPU-s in this process")
 
 
+def library_line(store: Store, name: str) -> str:
+    """What the study started from, as it recorded (``TuneRequest.library_mode``): a figure
+    of a held-out problem is library-off or leave-one-shape-out, and says which."""
+    info = store.get_study(name)
+    mode = info.config.get("library") if info is not None else None
+    meaning = {"on": "started from the seed library",
+               "off": "started without the seed library (--no-library)",
+               "exclude-self": "leave-one-shape-out: the seed library without this problem's "
+                               "own entries (--library-exclude-self)"}
+    return f"library: {mode or 'not recorded'}" + (f" ({meaning[mode]})" if mode in meaning
+                                                    else "")
+
+
 def print_summary(console: Console, store: Store, name: str, stats: TuneStats, measured: bool,
                   bundle_dir: Path, seconds: float) -> None:
     """The funnel of the whole study, this run's rejections, the best candidate (or where the
@@ -196,6 +209,7 @@ def print_summary(console: Console, store: Store, name: str, stats: TuneStats, m
         top = ", ".join(f"{rule} {n}" for rule, n in stats.rejected.most_common(6))
         console.print(f"rejected this run: {top}")
     console.print(trials_line(stats, seconds), highlight=False)
+    console.print(library_line(store, name), highlight=False)
     cpu = cpu_line(stats)
     if cpu is not None:
         console.print(cpu, highlight=False)

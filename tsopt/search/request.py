@@ -14,6 +14,9 @@ from tsopt.core.problem import Problem, ProblemError
 from tsopt.search.samplers import SAMPLERS
 
 POOLS = ("ray", "processes")  # what `--workers N` verifies and builds on
+LIBRARY_ON, LIBRARY_OFF, LIBRARY_EXCLUDE_SELF = "on", "off", "exclude-self"
+LIBRARY_MODES = (LIBRARY_ON, LIBRARY_OFF, LIBRARY_EXCLUDE_SELF)
+"""What a study started from (``TuneRequest.library_mode``)."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,10 @@ class TuneRequest:
     of Ray, and measures on this machine's GPU (:mod:`tsopt.search.pools.process_pool`).
     ``knobs`` restricts knobs (``"stages=2,4"``). ``library`` starts a new study from the seed
     library's schedules for the nearest shape class (:mod:`tsopt.search.library`), before the
-    warm starts; ``sampler`` defaults to ``evolve`` (:mod:`tsopt.search.evolve`).
+    warm starts; ``library_exclude_self`` leaves out the library's entries of the study's own
+    problem (same op, dtype and sizes; other shapes' entries stay) and the warm starts from
+    studies of it: a leave-one-shape-out run (:attr:`library_mode`); ``sampler`` defaults to
+    ``evolve`` (:mod:`tsopt.search.evolve`).
     ``deterministic`` keeps to schedules the space calls deterministic
     (``SearchSpace.is_deterministic``: no atomic reduction); a space with none for the problem
     is refused before anything is built, and other proposals are pruned as
@@ -58,10 +64,20 @@ class TuneRequest:
     patience: int | None = None
     warm_start: bool = True
     library: bool = True  # start from the seed library (tsopt.search.library)
+    library_exclude_self: bool = False  # leave-one-shape-out: the problem's own entries out
     knobs: tuple[str, ...] = field(default_factory=tuple)
     pool: str = "ray"  # ray | processes: what --workers N runs on
     gpus: int | None = None  # GPUs measuring, one worker each (None: every one visible)
     deterministic: bool = False  # only genomes whose output is bit-identical run after run
+
+    @property
+    def library_mode(self) -> str:
+        """What the study starts from, as recorded in its config and shown by the summary and
+        the report: ``on`` (the library), ``off`` (``--no-library``) or ``exclude-self``
+        (leave-one-shape-out)."""
+        if not self.library:
+            return LIBRARY_OFF
+        return LIBRARY_EXCLUDE_SELF if self.library_exclude_self else LIBRARY_ON
 
     def study_name(self) -> str:
         """Default: space, problem and arch, e.g. ``copy-fp16-4096x4096-sm_90a``."""
@@ -92,6 +108,10 @@ class TuneRequest:
         if (self.trials is None and self.built is None and self.measured is None
                 and self.time_budget_s is None and self.sampler != "grid"):
             raise UserInputError("no budget: give --trials, --built, --measured or --time")
+        if self.library_exclude_self and not self.library:
+            raise UserInputError("--library-exclude-self leaves the study's own problem out of "
+                                 "the seed library, and --no-library names no library to leave "
+                                 "it out of: give one of them")
         if self.sampler not in SAMPLERS:
             raise UserInputError(f"--sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
         if self.workers < 0:

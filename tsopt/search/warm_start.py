@@ -55,13 +55,17 @@ def shape_distance(a: Problem, b: Problem) -> float:
 
 def nearby_best(store: Store, space: str, problem: Problem, arch: str, exclude: str,
                 studies: int = STUDIES, per_study: int = PER_STUDY, limit: int = LIMIT,
-                max_distance: float = MAX_DISTANCE) -> list[WarmStart]:
+                max_distance: float = MAX_DISTANCE,
+                exclude_self: bool = False) -> list[WarmStart]:
     """The fastest correct genomes of the nearest finished studies (nearest first; ties by
-    study name), one entry per genome."""
+    study name), one entry per genome; ``exclude_self``: no study of ``problem`` itself
+    (leave-one-shape-out, ``tsopt tune --library-exclude-self``)."""
     near = []
     for info in store.list_studies():
         if (info.name == exclude or info.space != space or info.arch != arch
                 or info.status != "finished" or info.problem.dtype != problem.dtype):
+            continue
+        if exclude_self and info.problem == problem:
             continue
         distance = shape_distance(info.problem, problem)
         if distance <= max_distance:

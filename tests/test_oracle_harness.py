@@ -1,0 +1,177 @@
+"""The oracle harness (bench/oracle) on the CPU: the chooser's plans (deterministic, legal by the
+space's declared legal set and the predicting judge, every family of the space), the committed
+plans against the held-out set, a real build of two candidates by ``build_and_measure.py``
+with optuna, SQLAlchemy and Ray unimportable (as on the GPU machine) into a bundle the runner
+reads, its refusal to measure without a GPU, and the summariser's tables on SYNTHETIC
+measurements (named so: no GPU here).
+
+The harness is an experiment, so it runs as commands (nothing here imports it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+from tsopt.app.heldout import load_heldout  # noqa: E402
+from tsopt.core.bundle import read_manifest  # noqa: E402
+from tsopt.core.genome import Genome  # noqa: E402
+from tsopt.core.problem import parse_problem_spec  # noqa: E402
+from tsopt.core.registry import get_space  # noqa: E402
+from tsopt.search.proposals import Proposer  # noqa: E402
+from tsopt.search.samplers import KnobView  # noqa: E402
+from tsopt.verify.verifier import judge_for, predicting_judge  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "bench" / "oracle"
+PLANS = HERE / "plans"
+FAMILIES = {f"{d}{s}" for d in ("tile-per-cta", "persistent", "split-k2", "split-k3",
+                                "split-k4", "stream-k") for s in ("", "+swap")}
+SYNTHETIC_DEVICE = "SYNTHETIC (no GPU: made-up timings, not a measurement)"
+
+
+def script(name: str, *args: str, env: dict[str, str] | None = None,
+           timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(HERE / name), *args], capture_output=True,
+                          text=True, env={**os.environ, "CUTE_DSL_ARCH": "sm_90a", **(env or {})},
+                          timeout=timeout, cwd=ROOT)
+
+
+def family_of(genome: Genome) -> str:
+    genes = genome.genes
+    if genes.get("stream_k"):
+        name = "stream-k"
+    elif int(genes.get("split_k", 1)) > 1:  # type: ignore[call-overload]
+        name = f"split-k{genes['split_k']}"
+    else:
+        name = "persistent" if genes["persistent"] else "tile-per-cta"
+    return name + ("+swap" if genes.get("swap_ab") else "")
+
+
+def test_the_committed_plans_cover_every_heldout_problem_and_family() -> None:
+    held = load_heldout()
+    for item in held.problems:
+        plan = json.loads((PLANS / f"{item.name}.json").read_text())
+        assert plan["problem"] == item.spec and plan["heldout_version"] == held.version
+        hashes = [c["genome_hash"] for c in plan["candidates"]]
+        assert len(set(hashes)) == len(hashes) >= item.oracle, item.name
+        for cand in plan["candidates"]:
+            genome = Genome.from_dict(cand["genome"])
+            assert genome.hash == cand["genome_hash"]
+            assert family_of(genome) == cand["family"]  # the family column is the genome's
+        assert set(plan["coverage"]["family"]) == FAMILIES, item.name
+        shares = plan["coverage"]["family"].values()
+        assert max(shares) - min(shares) <= max(3, len(hashes) // 20), item.name
+
+
+@pytest.mark.slow
+def test_the_chooser_is_deterministic_legal_and_stratified(tmp_path: Path) -> None:
+    first = script("choose.py", "--problem", "mid", "--count", "36", "--out", str(tmp_path / "a"))
+    assert first.returncode == 0, first.stderr
+    again = script("choose.py", "--problem", "mid", "--count", "36", "--out", str(tmp_path / "b"))
+    a = json.loads((tmp_path / "a" / "mid.json").read_text())
+    b = json.loads((tmp_path / "b" / "mid.json").read_text())
+    assert again.returncode == 0
+    assert [c["genome"] for c in a["candidates"]] == [c["genome"] for c in b["candidates"]]
+    assert a["count"] == 36 and set(a["coverage"]["family"]) == FAMILIES
+    assert {c["origin"] for c in a["candidates"]} >= {"seed", "coverage", "model"}
+    # Legal by the space's declared legal set, and valid by the cheap predicting judge.
+    space = get_space("gemm")
+    space.judge = judge_for(space)
+    problem = parse_problem_spec(a["problem"])
+    proposer = Proposer(space, problem, KnobView.of(space, problem, "evolve"),
+                        predicting_judge(space))
+    predict = predicting_judge(space)
+    for cand in a["candidates"]:
+        assert proposer.legal(cand["params"]), cand["genome_hash"]
+        assert predict(Genome.from_dict(cand["genome"]), problem).valid
+        for knob, value in cand["forced"].items():  # what the stratum forced, it holds
+            assert cand["params"][knob] == value
+    other = script("choose.py", "--problem", "mid", "--count", "36", "--seed", "1",
+                   "--out", str(tmp_path / "c"))
+    assert other.returncode == 0
+    c = json.loads((tmp_path / "c" / "mid.json").read_text())
+    assert {x["genome_hash"] for x in c["candidates"]} != {x["genome_hash"]
+                                                            for x in a["candidates"]}
+
+
+@pytest.mark.slow
+def test_two_candidates_built_without_the_search_stack_then_summarised(tmp_path: Path) -> None:
+    chosen = script("choose.py", "--problem", "ragged-small", "--count", "2",
+                    "--out", str(tmp_path / "plans"))
+    assert chosen.returncode == 0, chosen.stderr
+    plan_path = tmp_path / "plans" / "ragged-small.json"
+    plan = json.loads(plan_path.read_text())
+    assert plan["count"] == 2
+    # The GPU machine has no optuna, SQLAlchemy or Ray: here they are made unimportable.
+    blocked = tmp_path / "blocked"
+    for name in ("optuna", "sqlalchemy", "ray", "alembic"):
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(
+            f"raise ImportError('{name} is not on the GPU machine')\n")
+    env = {"PYTHONPATH": str(blocked)}
+    state = tmp_path / "state"
+    built = script("build_and_measure.py", "--plan", str(plan_path), "--state", str(state),
+                   "--workers", "2", "--build-only", env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    doc = json.loads((state / "oracle-results.json").read_text())
+    [result] = doc["plans"]
+    assert result["counts"] == {"planned": 2, "judged": 2, "valid": 2, "built": 2,
+                                "build_failed": 0}
+    assert all(r["cpu_s"] > 0 for r in result["index"])
+    manifest = read_manifest(state / "ragged-small" / "screen")  # every file against its sha
+    assert sorted(c.genome_hash for c in manifest.candidates) == sorted(
+        c["genome_hash"] for c in plan["candidates"])
+    assert manifest.problem == parse_problem_spec(plan["problem"])
+
+    # Measuring here: the runner finds no GPU; the call says so and keeps the build.
+    measured = script("build_and_measure.py", "--plan", str(plan_path), "--state", str(state),
+                      "--workers", "1", "--deadline", "120", env=env)
+    assert measured.returncode == 0, measured.stderr
+    [again] = json.loads((state / "oracle-results.json").read_text())["plans"]
+    assert again["counts"]["built"] == 2 and again["screen"] is None
+    assert again["runner_calls"] and again["runner_calls"][0]["rc"] != 0
+
+    # The summariser on SYNTHETIC measurements of those two (no GPU here; named so).
+    fake = dict(doc)
+    ratios = {plan["candidates"][0]["genome_hash"]: 0.9, plan["candidates"][1]["genome_hash"]: 1.1}
+    fake["plans"] = [dict(result, screen={"device": SYNTHETIC_DEVICE, "baselines": [
+        {"median_us": 20.0}], "measurements": [
+        {"genome_hash": h, "status": "ok", "ratio": r, "ratio_lo": r - 0.02,
+         "ratio_hi": r + 0.02, "median_us": 20.0 / r} for h, r in ratios.items()]},
+        confirm=None)]
+    results = tmp_path / "synthetic-results.json"
+    results.write_text(json.dumps(fake))
+    summary = script("summarise.py", str(results), "--plans", str(tmp_path / "plans"),
+                     "--out", str(tmp_path / "tables"))
+    assert summary.returncode == 0, summary.stderr
+    text = (tmp_path / "tables" / "ragged-small.md").read_text()
+    best = max(ratios, key=lambda h: ratios[h])
+    assert f"**Oracle best**: `{best[:12]}`" in text and "screen only" in text
+    assert SYNTHETIC_DEVICE in text
+    table = json.loads((tmp_path / "tables" / "ragged-small.table.json").read_text())
+    assert {r["genome_hash"]: r["ratio"] for r in table["rows"]} == ratios
+
+
+def test_bad_plans_and_heldout_files_are_refused_in_one_line(tmp_path: Path) -> None:
+    plan = json.loads((PLANS / "mid.json").read_text())
+    plan["problem"] = plan["problem"].replace("bf16", "bf17")
+    bad = tmp_path / "bad-plan.json"
+    bad.write_text(json.dumps(plan))
+    refused = script("build_and_measure.py", "--plan", str(bad), "--state", str(tmp_path / "s"))
+    assert refused.returncode == 2
+    assert refused.stderr.strip().count("\n") == 0 and "unknown dtype 'bf17'" in refused.stderr
+    assert not (tmp_path / "s").exists()
+    held = json.loads((ROOT / "tsopt" / "data" / "heldout.json").read_text())
+    held["problems"][0]["problem"] = "gemm:bf16:8x18432"
+    bad_held = tmp_path / "heldout.json"
+    bad_held.write_text(json.dumps(held))
+    chooser = script("choose.py", "--heldout", str(bad_held), "--out", str(tmp_path / "p"))
+    assert chooser.returncode == 2 and "gemm needs 3 sizes" in chooser.stderr
+    assert chooser.stderr.strip().count("\n") == 0 and not (tmp_path / "p").exists()
