@@ -11,8 +11,9 @@ genomes by hash only takes them from the other files, from a ``manifest.json`` o
 ``products`` makes the shipped data from the corpus alone, nothing in ``bench/``: the seed
 library (``tsopt/data/seed_library.json``, from the records of :data:`SHIPPED_SOURCES`), the
 TS search memo (``tsopt/data/ts_searches.json``: the searches of each space's current
-verifier version) and, where one is shipped, the cross-shape cost model
-(``tsopt/data/cost_model.json``). ``tests/test_corpus.py`` remakes them and compares.
+verifier version). ``tests/test_corpus.py`` remakes them and compares. No cross-shape cost
+model is made: :mod:`tsopt.search.transfer`, trained on the corpus, does not beat the
+analytical estimate leave-one-shape-out (``bench/transfer_model``), so none ships.
 """
 
 from __future__ import annotations
@@ -402,9 +403,9 @@ def current_searches(searches: Sequence[CorpusSearch],
 
 
 def corpus_products(folder: Path = ROOT_FOLDER, library: Path | None = None,
-                    memo: Path | None = None, model: Path | None = None) -> dict[str, int]:
-    """Remake the seed library, the TS search memo and the cross-shape cost model from the
-    corpus in ``folder`` (the shipped files unless paths are given); what each holds."""
+                    memo: Path | None = None) -> dict[str, int]:
+    """Remake the seed library and the TS search memo from the corpus in ``folder`` (the
+    shipped files unless paths are given); what each holds."""
     from tsopt.search.library import PACKAGED, entries_from_records, merge, save_library
     from tsopt.search.ts_memo import SHIPPED as SHIPPED_MEMO
     from tsopt.search.ts_memo import write_memo

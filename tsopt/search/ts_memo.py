@@ -13,7 +13,8 @@ database those of the space's current verifier version, so the driver sends them
 workers like any search the database holds. A search of another version (an edited check,
 kernel template or DSL) is never used: its key does not match, and it is not copied.
 
-Remade from the corpus by ``tsopt corpus products`` (``tsopt.app.corpus``). ``TSOPT_TS_MEMO`` names another file; ``TSOPT_TS_MEMO=none`` ships nothing (a
+Remade from the corpus by ``tsopt corpus products`` (``tsopt.app.corpus``).
+``TSOPT_TS_MEMO`` names another file; ``TSOPT_TS_MEMO=none`` ships nothing (a
 study that measures the verifier's cold cost).
 """
 
