@@ -24,6 +24,7 @@ from tsopt.app.corpus import (
     SHIPPED_SOURCES,
     corpus_build,
     corpus_products,
+    corpus_stale,
     current_searches,
     load_corpus,
     records_from_evidence,
@@ -212,11 +213,13 @@ def test_the_committed_corpus_holds_every_committed_measurement_as_isolated() ->
     records, searches = load_corpus(ROOT / "corpus")
     assert len(records) >= 12000 and len(searches) >= 900
     # Nothing committed was timed in a CUDA graph: the runner's isolated launches, and the
-    # seven headline rounds of bench/gemm_h200, back to back.
+    # headline rounds of bench/gemm_h200 (7) and bench/search_efficiency_h200 (75), back to
+    # back.
     assert {r.launch for r in records} == {"isolated", "back-to-back-rounds"}
-    assert sum(r.launch == "back-to-back-rounds" for r in records) == 7
-    assert all(r.source.startswith("bench/") and (ROOT / r.source).exists()
-               for r in records[:: 97])
+    assert sum(r.launch == "back-to-back-rounds" for r in records) == 82
+    sources = set(json.loads((ROOT / "corpus" / "manifest.json").read_text())["sources"])
+    assert {r.source for r in records} <= sources
+    assert all(source.startswith("bench/") for source in sources)
     assert {r.device for r in records if r.ok} == {"NVIDIA H200"}
 
 
@@ -231,3 +234,18 @@ def test_the_shipped_library_and_memo_are_made_from_the_corpus(tmp_path: Path) -
         "tsopt/data/ts_searches.json is stale: run `tsopt corpus products`")
     assert all(s.tool_version == verifier_version(get_space(s.space))
                for s in current_searches(load_corpus(ROOT / "corpus")[1], SHIPPED_SOURCES))
+
+
+def test_a_stale_corpus_is_named_and_left_as_it_is(evidence: dict[str, Path], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(evidence["archive"].parent)
+    paths = [evidence["archive"], evidence["results"]]
+    corpus_build(paths, tmp_path / "c")
+    assert corpus_stale(paths, tmp_path / "c") == []
+    before = (tmp_path / "c" / MEASUREMENTS_FILE).read_bytes()
+    result = CliRunner().invoke(app, [
+        "corpus", "build", "--check", "--out", str(tmp_path / "c"),
+        *[a for p in [*paths, evidence["bundle"]] for a in ("--evidence", str(p))]])
+    assert result.exit_code == 1
+    assert f"{MEASUREMENTS_FILE}: 5 records" in result.output and "makes 6" in result.output
+    assert (tmp_path / "c" / MEASUREMENTS_FILE).read_bytes() == before

@@ -370,13 +370,23 @@ def corpus_build(
         "Evidence files to read (globs allowed; repeatable; default: every committed "
         "measurement, tsopt.app.corpus.EVIDENCE, from the repository root).")),
     out: Path = typer.Option(Path("corpus"), help=CORPUS_HELP),
+    check: bool = typer.Option(False, "--check", help=(
+        "Change nothing: exit 1 naming what differs when the corpus in --out is not the one "
+        "the evidence makes.")),
 ) -> None:
     """Make the measurement corpus from the evidence: every measurement one record, the TS
     searches of the study databases a table of their own (corpus/SCHEMA.md)."""
     with _Guard():
-        from tsopt.app.corpus import EVIDENCE, evidence_files
+        from tsopt.app.corpus import EVIDENCE, corpus_stale, evidence_files
         from tsopt.app.corpus import corpus_build as build
 
+        if check:
+            stale = corpus_stale(evidence_files(evidence or EVIDENCE), out)
+            for line in stale:
+                err_console.print(f"stale corpus {out}: {line}", highlight=False)
+            if not stale:
+                console.print(f"corpus {out}: up to date with its evidence", highlight=False)
+            raise typer.Exit(1 if stale else 0)
         manifest = build(evidence_files(evidence or EVIDENCE), out)
         for table, about in manifest["tables"].items():
             console.print(f"{out / table}: {about['records']} records", highlight=False)

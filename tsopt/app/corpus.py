@@ -64,10 +64,14 @@ EVIDENCE = (
     # ... and every other committed measurement.
     "bench/search_table/measured/*.results.json", "bench/search_efficiency_h200/studies-*.json.xz",
     "bench/skinny_l2/results/*.results.json", "bench/build_memory/*.results.json",
-    "bench/driver_scale/ts_memo_study/*.db.tar.xz")
+    "bench/driver_scale/ts_memo_study/*.db.tar.xz",
+    "bench/search_efficiency_h200/search-top-remeasured.json")
 """The committed evidence the corpus is made from (globs, from the repository root). Left
 out: ``bench/runner_isolation/planted`` (kernels planted to crash and hang, not candidates of
-a space)."""
+a space); ``bench/export_h200`` and ``bench/torch_op_h200`` (three exported kernels timed
+through the exported loader against their recorded figure, unpaired: checks of an export,
+the kernels' own measurements are in the corpus); and the summaries and tables made from
+files that are in it (``tune-gpu.json``, ``RESULTS*.json``, ``table-8192.json.xz``, ...)."""
 
 SHIPPED_SOURCES = (
     "bench/gemm_h200/gemm-*.json", "bench/paired_h200/*.results.json",
@@ -372,6 +376,27 @@ def corpus_build(evidence: Sequence[Path], out: Path = ROOT_FOLDER,
     searches = searches_from_evidence(evidence, base)
     reader = _Reader(base, {}, [])
     return write_corpus(records, searches, out, [reader.name(p) for p in evidence])
+
+
+def corpus_stale(evidence: Sequence[Path], folder: Path = ROOT_FOLDER,
+                 root: Path | None = None) -> list[str]:
+    """What differs between the corpus in ``folder`` and the one ``evidence`` makes (built in
+    a scratch folder, ``folder`` untouched): the tables whose records differ, and the sources
+    read or not; empty when it is up to date."""
+    try:
+        held = read_manifest(folder)
+    except ValueError as exc:
+        return [str(exc)]
+    with tempfile.TemporaryDirectory(prefix="tsopt-corpus-") as scratch:
+        made = corpus_build(evidence, Path(scratch), root)
+    stale = [f"{table}: {about['records']} records, sha256 {about['sha256'][:12]} (the "
+             f"evidence makes {made['tables'][table]['records']}, "
+             f"{made['tables'][table]['sha256'][:12]})"
+             for table, about in held["tables"].items()
+             if about != made["tables"].get(table)]
+    if held["sources"] != made["sources"]:
+        stale.append("the evidence files differ from the manifest's sources")
+    return stale
 
 
 def load_corpus(folder: Path = ROOT_FOLDER,

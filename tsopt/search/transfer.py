@@ -163,11 +163,15 @@ class ShapeTable:
 def shape_tables(records: Sequence[CorpusRecord], min_genomes: int = MIN_SHAPE,
                  ) -> list[ShapeTable]:
     """Per GEMM problem of the corpus, each genome's median paired ratio over its correct
-    measurements (every pass and machine); shapes with fewer than ``min_genomes`` left out."""
+    measurements in the runner's isolated mode (every pass and machine; one launch mode, so
+    no figure mixes two); shapes with fewer than ``min_genomes`` left out."""
+    from tsopt.core.corpus import LAUNCH_ISOLATED
+
     by_shape: dict[str, dict[str, tuple[dict[str, Any], list[float]]]] = {}
     sizes: dict[str, dict[str, int]] = {}
     for r in records:
-        if r.space != "gemm" or not r.ok or not r.paired or r.genome is None:
+        if (r.space != "gemm" or not r.ok or not r.paired or r.genome is None
+                or r.launch != LAUNCH_ISOLATED):
             continue
         table = by_shape.setdefault(r.problem.key, {})
         sizes[r.problem.key] = dict(r.problem.sizes)
