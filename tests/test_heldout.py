@@ -5,9 +5,10 @@ What is checked, as far as the tree lets it be checked:
 - the set (``tsopt/data/heldout.json``) reads, every problem is one its space takes, and it
   spans the regimes the issue names (by the sizes themselves, not by the labels);
 - the shipped seed library holds no entry of a held-out problem, none in a held-out problem's
-  shape class, and none of its evidence files (the committed results and study archives
-  ``SHIPPED_EVIDENCE`` names, from which the TS search memo is made too:
-  ``tests/test_ts_memo.py`` remakes it from them) measured a held-out problem;
+  shape class, and none of the committed evidence (every file ``tsopt.app.corpus.EVIDENCE``
+  names, from which the corpus, and through it the library and the TS search memo, are made:
+  ``tests/test_corpus.py`` remakes them) measured a held-out problem, nor does any corpus
+  record;
 - no cost-model source, shipped data file or other test names a held-out shape;
 - ``--library-exclude-self`` drops the study's own problem's library entries and warm starts
   and keeps other shapes' (the real driver, TS verifier and DSL compiles of the copy space,
@@ -36,7 +37,7 @@ from typer.testing import CliRunner
 
 from tsopt.app.heldout import PACKAGED as HELDOUT
 from tsopt.app.heldout import check_spaces, load_heldout
-from tsopt.app.library import SHIPPED_EVIDENCE, evidence_files
+from tsopt.app.corpus import EVIDENCE, evidence_files, load_corpus
 from tsopt.cli import app
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
@@ -160,7 +161,7 @@ def _problems_in_archive(path: Path) -> Iterator[tuple[str | None, int, int, int
 def test_no_evidence_of_the_library_or_the_memo_measured_them(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
-    files = set(evidence_files(SHIPPED_EVIDENCE))
+    files = set(evidence_files(EVIDENCE))
     files |= {ROOT / e.source.split(":")[0] for e in load_library(PACKAGED)}
     found: dict[str, set[tuple[str | None, int, int, int]]] = {}
     for path in sorted(files):
@@ -177,6 +178,14 @@ def test_no_evidence_of_the_library_or_the_memo_measured_them(
     hits = {name: sorted(p for p in named if p[1:] in HELD_SIZES)
             for name, named in found.items()}
     assert not {k: v for k, v in hits.items() if v}
+
+
+def test_no_corpus_record_is_of_a_held_out_problem() -> None:
+    records, _ = load_corpus(ROOT / "corpus")
+    assert len(records) > 10_000
+    sizes = {sizes_of(r.problem) for r in records if r.problem.op == "gemm"}
+    assert (8192, 8192, 8192) in sizes  # the records are read: the suite's shapes are there
+    assert not sizes & HELD_SIZES
 
 
 def test_no_cost_model_constant_shipped_data_or_test_names_them() -> None:

@@ -19,7 +19,7 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 pytest.importorskip("optuna")
 
-from tsopt.app.library import SHIPPED_EVIDENCE, evidence_files, searches_from_evidence  # noqa: E402
+from tsopt.app.corpus import SHIPPED_SOURCES, current_searches, load_corpus  # noqa: E402
 from tsopt.core.errors import UserInputError  # noqa: E402
 from tsopt.core.problem import Problem  # noqa: E402
 from tsopt.core.registry import get_space  # noqa: E402
@@ -84,12 +84,12 @@ def test_a_bad_memo_file_is_named_and_none_switches_it_off(tmp_path: Path,
     assert load_memo() == []
 
 
-def test_the_shipped_memo_is_remade_from_the_committed_evidence(monkeypatch: Any) -> None:
+def test_the_shipped_memo_is_remade_from_the_corpus() -> None:
     # Only searches of each space's current verifier version, every one of them: after an
-    # edit of a check, the kernel template or the DSL, remake it (tsopt/app/library.py says
-    # how) and the stale searches go.
-    monkeypatch.chdir(ROOT)
-    remade = {s.key: s for s in searches_from_evidence(evidence_files(SHIPPED_EVIDENCE))}
+    # edit of a check, the kernel template or the DSL, remake it (`tsopt corpus products`)
+    # and the stale searches go.
+    _, searches = load_corpus(ROOT / "corpus")
+    remade = {s.key: s for s in current_searches(searches, SHIPPED_SOURCES)}
     shipped = {s.key: s for s in load_memo(SHIPPED)}
     assert shipped.keys() == remade.keys()
     assert all((shipped[k].error, shipped[k].bounded) == (remade[k].error, remade[k].bounded)

@@ -53,6 +53,9 @@ app.add_typer(library_app, name="library")
 heldout_app = typer.Typer(help="The held-out problems the search is judged on: `tsopt heldout "
                                "list`.", no_args_is_help=True)
 app.add_typer(heldout_app, name="heldout")
+corpus_app = typer.Typer(help="The measurement corpus the shipped data is made from: `tsopt "
+                              "corpus build`, `tsopt corpus products`.", no_args_is_help=True)
+app.add_typer(corpus_app, name="corpus")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -350,7 +353,7 @@ def library_update(
     """Merge the best measured schedules of finished studies (and/or committed evidence) into
     the seed library: per problem the best three, paired figures first."""
     with _Guard(db):
-        from tsopt.app.library import evidence_files
+        from tsopt.app.corpus import evidence_files
         from tsopt.app.library import library_update as update
 
         code = update(db, tuple(study or ()), evidence_files(evidence or ()), library, console)
@@ -370,6 +373,57 @@ def heldout_list(
 
         code = show(file, console, as_json=json_out)
     raise typer.Exit(code)
+# --------------------------------------------------------------------------------------
+# corpus
+# --------------------------------------------------------------------------------------
+
+CORPUS_HELP = "The corpus folder (default: corpus/, from the repository root)."
+
+
+@corpus_app.command("build")
+def corpus_build(
+    evidence: list[str] | None = typer.Option(None, "--evidence", help=(
+        "Evidence files to read (globs allowed; repeatable; default: every committed "
+        "measurement, tsopt.app.corpus.EVIDENCE, from the repository root).")),
+    out: Path = typer.Option(Path("corpus"), help=CORPUS_HELP),
+    check: bool = typer.Option(False, "--check", help=(
+        "Change nothing: exit 1 naming what differs when the corpus in --out is not the one "
+        "the evidence makes.")),
+) -> None:
+    """Make the measurement corpus from the evidence: every measurement one record, the TS
+    searches of the study databases a table of their own (corpus/SCHEMA.md)."""
+    with _Guard():
+        from tsopt.app.corpus import EVIDENCE, corpus_stale, evidence_files
+        from tsopt.app.corpus import corpus_build as build
+
+        if check:
+            stale = corpus_stale(evidence_files(evidence or EVIDENCE), out)
+            for line in stale:
+                err_console.print(f"stale corpus {out}: {line}", highlight=False)
+            if not stale:
+                console.print(f"corpus {out}: up to date with its evidence", highlight=False)
+            raise typer.Exit(1 if stale else 0)
+        manifest = build(evidence_files(evidence or EVIDENCE), out)
+        for table, about in manifest["tables"].items():
+            console.print(f"{out / table}: {about['records']} records", highlight=False)
+    raise typer.Exit(0)
+
+
+@corpus_app.command("products")
+def corpus_products(
+    corpus: Path = typer.Option(Path("corpus"), help=CORPUS_HELP),
+    library: Path | None = typer.Option(None, help="Seed library to write (default: the "
+                                                   "package's, tsopt/data/seed_library.json)."),
+    memo: Path | None = typer.Option(None, help="TS search memo to write (default: the "
+                                                "package's, tsopt/data/ts_searches.json)."),
+) -> None:
+    """Make the shipped seed library and TS search memo from the corpus alone."""
+    with _Guard():
+        from tsopt.app.corpus import corpus_products as products
+
+        for what, count in products(corpus, library, memo).items():
+            console.print(f"{what}: {count}", highlight=False)
+    raise typer.Exit(0)
 
 
 def main() -> None:

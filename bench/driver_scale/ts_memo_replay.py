@@ -5,8 +5,8 @@
 
 Round 10's studies (bench/tune_gpu/results-round10) ran on fresh databases, before the memo
 existed. For each, the TS exhaustive searches it ran (its ``tsopt_ts_search`` rows: key and
-CPU seconds) against a memo made the way the shipped one is (``tsopt.app.library.
-searches_from_evidence``) from every committed study archive except round 10's: the searches
+CPU seconds) against a memo made the way the shipped one is (``tsopt.app.corpus.current_searches`` of the
+corpus's search table) from every shipped study archive except round 10's: the searches
 it would have been sent instead of running, and their seconds. Also the state-bound
 statistics of the shipped memo itself. Replayed from recorded searches; nothing is re-run.
 """
@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tsopt.app.library import SHIPPED_EVIDENCE, evidence_files, searches_from_evidence  # noqa: E402
+from tsopt.app.corpus import SHIPPED_SOURCES, current_searches, load_corpus  # noqa: E402
+from tsopt.core.corpus import CorpusSearch  # noqa: E402
 from tsopt.db.store import Store  # noqa: E402
 from tsopt.search.ts_memo import load_memo  # noqa: E402
 
@@ -37,8 +38,10 @@ def main() -> int:
     import os
 
     os.chdir(ROOT)
-    others = [p for p in evidence_files(SHIPPED_EVIDENCE) if str(p) != ROUND]
-    memo = {s.key for s in searches_from_evidence(others)}
+    _, searches = load_corpus()
+    others = [CorpusSearch(s.search, tuple(p for p in s.sources if p != ROUND))
+              for s in searches]
+    memo = {s.key for s in current_searches(others, SHIPPED_SOURCES)}
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         with tarfile.open(ROOT / ROUND, "r:xz") as archive:

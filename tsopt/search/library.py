@@ -28,14 +28,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tsopt.core.corpus import CorpusRecord
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, ProblemError
+from tsopt.core.records import Measurement
+from tsopt.core.standing import standing
 from tsopt.search.warm_start import enqueue_genomes, shape_distance
 
 if TYPE_CHECKING:
@@ -273,3 +277,90 @@ def seed_study(study: Any, space: SearchSpace, view: KnobView, problem: Problem,
         say(f"seed library: {count} genome{'s' if count != 1 else ''} from "
             + ", ".join(sorted({f'{e.problem.key} ({e.ratio:.3f}x)' for e in entries})))
     return count
+
+
+def _standing_entries(group: Sequence[CorpusRecord], source: str,
+                      per_problem: int) -> list[LibraryEntry]:
+    """A study's best ``per_problem`` by standing, as :func:`entries_from_store` reads them
+    from its database: each candidate's timed measurements combined (tsopt.core.standing),
+    the figure shown the measurement nearest its standing."""
+    by_genome: dict[str, list[CorpusRecord]] = {}
+    for record in group:
+        if record.status == "ok" and record.median_us is not None:
+            by_genome.setdefault(record.genome_hash, []).append(record)
+    ranked = []
+    for genome_hash, measured in by_genome.items():
+        found = standing(genome_hash, [_measurement(r) for r in measured])
+        if found is not None:
+            ranked.append((found, measured))
+    ranked.sort(key=lambda pair: pair[0].sort_key())
+    entries = []
+    for stand, measured in ranked[:per_problem]:
+        shown = min(measured, key=lambda r: (abs((r.ratio or 0.0) - (stand.ratio or 0.0))
+                                             if stand.ratio is not None
+                                             else abs((r.median_us or 0.0) - stand.median_us),
+                                             r.order))
+        ratio = stand.ratio if stand.ratio else shown.ratio
+        if ratio is None or not math.isfinite(ratio) or ratio <= 0 or shown.genome is None:
+            continue
+        entries.append(LibraryEntry(
+            space=shown.space, problem=shown.problem, arch=shown.arch,
+            genome=Genome.from_dict(shown.genome), ratio=float(ratio),
+            paired=shown.ratio_lo is not None, source=source, ratio_lo=stand.ratio_lo,
+            ratio_hi=stand.ratio_hi, measured_at=shown.measured_at))
+    return entries
+
+
+def _measurement(record: CorpusRecord) -> Measurement:
+    return Measurement(genome_hash=record.genome_hash, problem_key=record.problem.key,
+                       status=record.status,  # type: ignore[arg-type]
+                       median_us=record.median_us, ratio=record.ratio,
+                       ratio_lo=record.ratio_lo, ratio_hi=record.ratio_hi,
+                       rounds=record.rounds, conditions={"abnormal": list(record.abnormal)})
+
+
+def entries_from_records(records: Sequence[CorpusRecord],
+                         per_problem: int = PER_PROBLEM) -> list[LibraryEntry]:
+    """Library entries from measurement corpus records (tsopt.core.corpus), each naming its
+    evidence: a study database's best ``per_problem`` of each study by standing; a study
+    dump's candidates by the median of their correct ratios (the paired ones, where any is);
+    every other correct measurement as it stands. Study databases first, then the rest, each
+    in the corpus's order (the library keeps the later of two equal figures)."""
+    groups: dict[tuple[str, ...], list[CorpusRecord]] = {}
+    for record in records:
+        if record.kind == "study-database":
+            key: tuple[str, ...] = (record.kind, record.source, record.database or "",
+                                    record.study or "")
+        elif record.kind == "study-dump":
+            key = (record.kind, record.source, record.study or "", record.genome_hash)
+        else:
+            key = (record.kind, record.source, str(record.order))
+        groups.setdefault(key, []).append(record)
+    entries: list[LibraryEntry] = []
+    for key, group in groups.items():
+        if key[0] == "study-database":
+            first = group[0]
+            entries += _standing_entries(
+                group, f"{first.source}: study {first.study} ({first.database})", per_problem)
+    for key, group in groups.items():
+        first = group[0]
+        if key[0] == "study-database" or first.genome is None:
+            continue
+        ok = [r for r in group if r.ok]
+        if not ok:
+            continue
+        if key[0] == "study-dump":
+            paired = any(r.ratio_lo is not None for r in ok)
+            if paired:
+                ok = [r for r in ok if r.ratio_lo is not None]
+            entries.append(LibraryEntry(
+                first.space, first.problem, first.arch, Genome.from_dict(first.genome),
+                float(statistics.median(float(r.ratio or 0.0) for r in ok)), paired,
+                f"{first.source}: study {first.study}",
+                measured_at=max(str(r.measured_at or "") for r in ok)))
+            continue
+        entries.append(LibraryEntry(
+            first.space, first.problem, first.arch, Genome.from_dict(first.genome),
+            float(first.ratio or 0.0), first.paired, f"{first.source}: {first.label}",
+            first.ratio_lo, first.ratio_hi, first.document_at))
+    return entries

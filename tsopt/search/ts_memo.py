@@ -6,14 +6,15 @@ on a deep or persistent pipeline) by the space's schedule key, the skeleton's SM
 and the verifier's version (``tsopt.verify.verifier``: its code, the space's, the DSL's), and
 the database shares each search across workers and studies. A study on a fresh database
 would still run every search again that the committed studies have run. This memo ships
-them: ``tsopt/data/ts_searches.json`` holds the searches of every committed study archive
-(``tsopt.app.library.SHIPPED_EVIDENCE``), and :func:`seed_store` copies into a study's
+them: ``tsopt/data/ts_searches.json`` holds the searches of the committed study archives
+(the measurement corpus's search table, ``corpus/ts_searches.v1.jsonl.xz``, of the sources
+``tsopt.app.corpus.SHIPPED_SOURCES`` names), and :func:`seed_store` copies into a study's
 database those of the space's current verifier version, so the driver sends them to its
 workers like any search the database holds. A search of another version (an edited check,
 kernel template or DSL) is never used: its key does not match, and it is not copied.
 
-Remade from the evidence by ``tsopt.app.library.ts_memo_update`` (the command is in its
-docstring). ``TSOPT_TS_MEMO`` names another file; ``TSOPT_TS_MEMO=none`` ships nothing (a
+Remade from the corpus by ``tsopt corpus products`` (``tsopt.app.corpus``).
+``TSOPT_TS_MEMO`` names another file; ``TSOPT_TS_MEMO=none`` ships nothing (a
 study that measures the verifier's cold cost).
 """
 
