@@ -41,6 +41,7 @@ from tsopt.workers.loader import (
 )
 from tsopt.workers.measure import measure_artifacts
 from tsopt.workers.measurer import MeasureError
+from tsopt.workers.paired import EAGER_CALLS, GRAPH_MIN_LAUNCHES, PairedSettings, PairedTimer
 from tsopt.workers.process_measurer import measure_candidate
 from tsopt.workers.reference import (
     GEMM_REL_TOL,
@@ -51,8 +52,7 @@ from tsopt.workers.reference import (
     OpReference,
     reference_for,
 )
-from tsopt.workers.paired import EAGER_CALLS, GRAPH_MIN_LAUNCHES, PairedSettings, PairedTimer
-from tsopt.workers.session import CaptureError, CapturedLaunches, Session, Timing, percentile, rotation
+from tsopt.workers.session import CapturedLaunches, CaptureError, Session, Timing, percentile, rotation
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS, COLS = 64, 128

@@ -56,6 +56,11 @@ LIBRARY_HELP = ("Start a new study from the seed library's best-known schedules 
                 "shape class (`tsopt library show`), those the verifier accepts here.")
 DETERMINISTIC_HELP = ("Only schedules whose output is bit-identical run after run (no atomic "
                       "reductions); refused up front if the space has none for the problem.")
+LAUNCH_HELP = ("How candidates and the vendor baseline are launched while timed, paired: graph "
+               "(default for a new study: back-to-back launches in one CUDA graph per side, GPU "
+               "time as a serving stack replaying graphs sees it) or eager (back-to-back calls "
+               "through the export's loader: GPU plus launch cost, what eager PyTorch sees). "
+               "Default: a resumed study's own mode.")
 KNOB_HELP = ("Restrict a knob to some of its choices, e.g. --knob stages=2,4 (repeatable; one "
              "value fixes it). Makes --sampler grid possible on a big space.")
 
@@ -83,6 +88,7 @@ TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("library", bool, typer.Option(True, "--library/--no-library", help=LIBRARY_HELP)),
     ("seed", int, typer.Option(0, help="Sampler seed.")),
     ("deterministic", bool, typer.Option(False, "--deterministic", help=DETERMINISTIC_HELP)),
+    ("launch", str | None, typer.Option(None, help=LAUNCH_HELP, show_default=False)),
 )
 
 
@@ -136,7 +142,7 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
                 warm_start=options["warm_start"], library=options["library"],
                 knobs=tuple(options["knob"] or ()),
                 pool=options["pool"], gpus=parse_gpus(options["gpus"]),
-                deterministic=options["deterministic"],
+                deterministic=options["deterministic"], launch=options["launch"],
             )
             code = run_tune(request, console)
         raise typer.Exit(code)

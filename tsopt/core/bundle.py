@@ -220,7 +220,7 @@ class BundleManifest:
     arch: str
     created_at: str
     candidates: tuple[BundleCandidate, ...]
-    launch: str = "isolated"  # the study's launch mode (absent from a manifest: before modes)
+    launch: str = DEFAULT_LAUNCH  # the study's (absent from a manifest: "isolated", before modes)
 
     def to_dict(self) -> dict[str, Any]:
         return with_checksum({

@@ -181,6 +181,10 @@ class Measurement:
     A paired measurement (the candidate and the baseline alternating in rounds) also carries
     ``ratio_lo``/``ratio_hi`` (the 95 % interval of the median ratio over ``rounds`` rounds)
     and ``conditions``: the GPU's clocks, power and throttle reasons while it ran.
+
+    ``launch`` is the launch mode both were timed in (:data:`LAUNCH_MODES`); a stored record
+    without one (:meth:`from_dict`, a database row before revision 0006) predates the modes
+    and reads as ``isolated``, which is how it was timed.
     """
 
     genome_hash: str
@@ -207,7 +211,7 @@ class Measurement:
     ratio_hi: float | None = None
     rounds: int = 0
     conditions: dict[str, Any] = field(default_factory=dict)
-    launch: LaunchMode = "isolated"
+    launch: LaunchMode = DEFAULT_LAUNCH
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -220,6 +224,8 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, doc: Any) -> Measurement:
+        if isinstance(doc, dict) and "launch" not in doc:
+            doc = {**doc, "launch": "isolated"}  # written before the launch modes
         measurement = _from_dict(cls, doc)
         if measurement.status not in MEASURE_STATUSES:
             raise ValueError(f"unknown measurement status {measurement.status!r}")
