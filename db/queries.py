@@ -133,7 +133,7 @@ def measurement_record(row: MeasurementRow, genome_hash: str, problem_key: str) 
         ratio_hi=row.ratio_hi,
         rounds=row.rounds or 0,
         conditions=json.loads(row.conditions_json or "{}"),
-        launch=row.launch or "isolated",  # type: ignore[arg-type]
+        launch=row.launch or "isolated",
     )
 
 

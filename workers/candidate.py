@@ -151,7 +151,7 @@ def failure_report(genome_hash: str, problem_key: str, status: str, message: str
     """A failed Measurement as a child reports it (``genome_hash`` "baseline" for the vendor)."""
     return Measurement(genome_hash, problem_key, status, error=message,  # type: ignore[arg-type]
                        cuda=torch.version.cuda or "", torch=torch.__version__,
-                       launch=launch).to_dict()  # type: ignore[arg-type]
+                       launch=launch).to_dict()
 
 
 def _wrong(result: CheckResult, when: str, base: dict[str, Any], started: float) -> Measurement:

@@ -95,7 +95,7 @@ def measure_artifacts(
             if problem is None:
                 record(index, Measurement(genome_hash, "", "launch_error",
                                           error=f"bad artifact: {error}",
-                                          launch=launch), None)  # type: ignore[arg-type]
+                                          launch=launch), None)
             else:
                 groups.setdefault(problem.key, []).append(
                     (index, Path(artifact_dir), genome_hash, problem))

@@ -167,7 +167,7 @@ class Measurer:
     def measure(self, artifact_dir: Path, genome_hash: str, problem: Problem) -> Measurement:
         measured = self._measure(Path(artifact_dir), genome_hash, problem)
         # Also what the watchdog made of a child that never reported (a hang, a timeout).
-        measured = replace(measured, launch=self.launch)  # type: ignore[arg-type]
+        measured = replace(measured, launch=self.launch)
         if self.gpu_label is not None:
             measured = replace(measured, conditions={**measured.conditions,
                                                      "gpu": self.gpu_label})

@@ -59,8 +59,8 @@ def measure_candidate(
 ) -> Measurement:
     """Check and time one artifact in its own process; always returns a Measurement."""
     outcome = _candidate_outcome(artifact_dir, baseline_us, runs, warmup, checks, gpu, launch)
-    measured = outcome_to_measurement(outcome, genome_hash, problem_key)
-    return replace(measured, launch=launch)  # type: ignore[arg-type]
+    measured: Measurement = outcome_to_measurement(outcome, genome_hash, problem_key)
+    return replace(measured, launch=launch)
 
 
 class ProcessMeasurer(Measurer):

@@ -76,11 +76,11 @@ class CapturedLaunches:
 
     def replay(self) -> None:
         assert self.graph is not None, "replayed after release"
-        self.graph.replay()  # type: ignore[no-untyped-call]
+        self.graph.replay()
 
     def release(self) -> None:
         if self.graph is not None:
-            self.graph.reset()  # type: ignore[no-untyped-call]
+            self.graph.reset()
             self.graph = None
 
 
@@ -172,7 +172,7 @@ class Session:
     def record_graph(self, launch: Callable[[BufferSet], None],
                      sets: Sequence[BufferSet]) -> CapturedLaunches:
         """The capture itself (the one step a simulated device replaces)."""
-        graph = torch.cuda.CUDAGraph()  # type: ignore[no-untyped-call]
+        graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=self.stream):
             for bset in sets:
                 launch(bset)

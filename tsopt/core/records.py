@@ -148,10 +148,9 @@ class BuildResult:
         return _from_dict(cls, doc)
 
 
-LaunchMode = Literal["graph", "eager", "isolated"]
 LAUNCH_MODES: tuple[str, ...] = ("graph", "eager", "isolated")
 CHOOSABLE_LAUNCH_MODES: tuple[str, ...] = ("graph", "eager")
-DEFAULT_LAUNCH: LaunchMode = "graph"
+DEFAULT_LAUNCH = "graph"
 """How candidate and baseline are launched while they are timed (tsopt.workers.paired):
 
 - ``graph``: back-to-back launches over the rotated buffers captured in one CUDA graph per
@@ -211,7 +210,7 @@ class Measurement:
     ratio_hi: float | None = None
     rounds: int = 0
     conditions: dict[str, Any] = field(default_factory=dict)
-    launch: LaunchMode = DEFAULT_LAUNCH
+    launch: str = DEFAULT_LAUNCH  # one of LAUNCH_MODES (from_dict checks)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -221,7 +221,7 @@ class RayMeasurePool(MeasureQueue):
                 problem_key = Problem.from_dict(request.problem).key
                 result = MeasureResult(Measurement(request.genome_hash, problem_key, "crash",
                                                    error=why, conditions={"gpu": index},
-                                                   launch=request.launch))  # type: ignore[arg-type]
+                                                   launch=request.launch))
             if result.unusable is not None and self._lose(index):
                 # This actor's GPU cannot measure; the others can: its request waits for them.
                 self.notes.append(f"measuring actor {index} stopped: {result.unusable}")
