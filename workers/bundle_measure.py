@@ -72,7 +72,8 @@ class BundleView:
     """What :func:`measure_bundle` tells its operator, as plain lines on stdout."""
 
     def plan(self, bundle: Path, manifest: BundleManifest, selected: int, pending: int) -> None:
-        print(f"bundle {bundle} ({manifest.study}, {manifest.problem}, {manifest.arch}): "
+        print(f"bundle {bundle} ({manifest.study}, {manifest.problem}, {manifest.arch}, "
+              f"launch mode {manifest.launch}): "
               f"{len(manifest.candidates)} candidates, {selected - pending} of the {selected} "
               "selected already measured", flush=True)
         if not pending:

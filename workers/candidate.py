@@ -249,7 +249,11 @@ def check_and_time(
 def time_baseline(
     problem: Problem, runs: int = 50, warmup: int = 10,
 ) -> tuple[Baseline, dict[str, Any]]:
-    """Time the vendor baseline alone (the watchdog's probe); needs a GPU, raises KernelFault."""
+    """Time the vendor baseline alone (the watchdog's probe); needs a GPU, raises KernelFault.
+
+    Timed ``isolated`` whatever the study's launch mode: it sizes the watchdog's deadlines and
+    shows the baseline's spread across a run; no ratio uses it (each candidate's baseline is
+    timed beside it, in the study's mode)."""
     no_gpu = device.why_no_gpu()
     if no_gpu is not None:
         raise KernelFault("launch_error", no_gpu)

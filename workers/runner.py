@@ -15,6 +15,7 @@ Command line::
     python -m tsopt.workers.runner --bundle DIR [--runs 50] [--warmup 10] [--limit N]
     python -m tsopt.workers.runner --artifact DIR [--artifact DIR ...] [--runs 50] [--gpu 0]
         [--isolation worker|process] [--max-candidates 200] [--baseline once|paired]
+        [--launch graph|eager|isolated]
     python -m tsopt.workers.runner --child measure|baseline|worker ...   (the watchdog's; internal)
 """
 

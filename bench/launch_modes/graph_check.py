@@ -138,7 +138,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     loader = export_loader()
-    rows, started = [], time.time()
+    rows: list[dict] = []
+    started = time.time()
+    device = torch.cuda.get_device_properties(0).name if torch.cuda.is_available() else "none"
     for bundle in sorted(args.bundles.glob("launch-*")):
         manifest = json.loads((bundle / "manifest.json").read_text())
         for c in manifest["candidates"]:
@@ -149,10 +151,11 @@ def main() -> int:
             row["bundle"] = bundle.name
             print(json.dumps(row), flush=True)
             rows.append(row)
-    props = torch.cuda.get_device_properties(0)
-    args.out.write_text(json.dumps({
-        "started": started, "seconds": round(time.time() - started, 1), "device": props.name,
-        "torch": torch.__version__, "cuda": torch.version.cuda, "kernels": rows}, indent=1))
+            # Written after every kernel: a pass cut short keeps what it timed.
+            args.out.write_text(json.dumps({
+                "started": started, "seconds": round(time.time() - started, 1),
+                "device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
+                "kernels": rows}, indent=1))
     return 0
 
 

@@ -64,7 +64,8 @@ def rows(docs: dict[str, Any]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"genome": h[:12], "problem": next(
             (x["problem_key"] for x in r if x), None) or next(
             (f"gemm-{x['problem']['dtype']}-{x['problem']['m']}x{x['problem']['n']}x"
-             f"{x['problem']['k']}" for x in s if x and "problem" in x), "?")}
+             f"{x['problem']['k']}" for x in s if x and "problem" in x), None) or next(
+            (x["bundle"].removeprefix("launch-") for x in s if x and "bundle" in x), "?")}
         bad = [f"runner pass {i + 1}: {x.get('status') if x else 'missing'} "
                f"{(x or {}).get('error') or ''}".strip()
                for i, x in enumerate(r) if not x or x.get("status") != "ok"]

@@ -60,7 +60,8 @@ class ConsoleView(BundleView):
 
     def plan(self, bundle: Path, manifest: BundleManifest, selected: int, pending: int) -> None:
         self.console.print(
-            f"bundle {bundle} ({manifest.study}, {manifest.problem}, {manifest.arch}): "
+            f"bundle {bundle} ({manifest.study}, {manifest.problem}, {manifest.arch}, "
+            f"launch mode {manifest.launch}): "
             f"{len(manifest.candidates)} candidates, {selected - pending} of the "
             f"{selected} selected already measured", highlight=False,
         )
