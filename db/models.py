@@ -63,6 +63,9 @@ class StudyRow(Base):
     )
     # When the study was found left ``running`` with no live run: the last heartbeat heard.
     killed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The launch mode its measurements are timed in (revision 0006: a study made before it
+    # was measured "isolated", which the server default says).
+    launch: Mapped[str] = mapped_column(String(16), server_default="isolated")
 
 
 class RunRow(Base):
@@ -230,6 +233,8 @@ class MeasurementRow(Base):
     ratio_hi: Mapped[float | None] = mapped_column(Float)
     rounds: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     conditions_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
+    # The launch mode it was timed in (revision 0006; before it, every one was "isolated").
+    launch: Mapped[str] = mapped_column(String(16), server_default="isolated")
 
 
 class BaselineRow(Base):

@@ -60,6 +60,7 @@ def study_info(row: StudyRow) -> StudyInfo:
         created_at=aware(row.created_at),
         updated_at=aware(row.updated_at),
         killed_at=aware(row.killed_at) if row.killed_at is not None else None,
+        launch=row.launch or "isolated",
     )
 
 
@@ -132,6 +133,7 @@ def measurement_record(row: MeasurementRow, genome_hash: str, problem_key: str) 
         ratio_hi=row.ratio_hi,
         rounds=row.rounds or 0,
         conditions=json.loads(row.conditions_json or "{}"),
+        launch=row.launch or "isolated",
     )
 
 

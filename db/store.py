@@ -40,7 +40,14 @@ from tsopt.core.errors import DatabaseUnusable, UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.names import check_study_name
 from tsopt.core.problem import Problem
-from tsopt.core.records import MEASURE_STATUSES, BuildResult, Measurement, TsSearch, Verdict
+from tsopt.core.records import (
+    DEFAULT_LAUNCH,
+    MEASURE_STATUSES,
+    BuildResult,
+    Measurement,
+    TsSearch,
+    Verdict,
+)
 from tsopt.core.space import JudgedKey
 from tsopt.db import queries
 from tsopt.db.engine import (
@@ -404,12 +411,14 @@ class Store:
     # -- studies ------------------------------------------------------------------------
     def create_or_get_study(
         self, name: str, space: str, problem: Problem, arch: str, sampler: str,
-        config: dict[str, Any],
+        config: dict[str, Any], launch: str | None = None,
     ) -> StudyInfo:
-        """The study called ``name``, created if new.
+        """The study called ``name``, created if new, measured in the ``launch`` mode (None:
+        an existing study's own, :data:`~tsopt.core.records.DEFAULT_LAUNCH` for a new one).
 
-        An existing study keeps its recorded sampler and config. Raises
-        :class:`UserInputError` when it exists for another space, problem or arch.
+        An existing study keeps its recorded sampler, config and launch mode. Raises
+        :class:`UserInputError` when it exists for another space, problem, arch or (asked
+        for) launch mode: its measurements would not compare with the new ones.
         """
         check_study_name(name)
         with self._writing() as session:
@@ -417,6 +426,7 @@ class Store:
                 name=name, space=space, problem_key=problem.key, problem_json=problem.to_json(),
                 arch=arch, sampler=sampler, status="running",
                 config_json=json.dumps(config, sort_keys=True), optuna_study_name=name,
+                launch=launch or DEFAULT_LAUNCH,
             )
 
             def lookup() -> StudyRow | None:
@@ -429,6 +439,7 @@ class Store:
                     ("space", row.space, space),
                     ("problem", row.problem_key, problem.key),
                     ("arch", row.arch, arch),
+                    ("launch mode", row.launch, launch or row.launch),
                 )
                 if have != want
             ]

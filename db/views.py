@@ -35,6 +35,7 @@ class StudyInfo:
     created_at: datetime
     updated_at: datetime
     killed_at: datetime | None = None  # status "killed": when its last run was last heard of
+    launch: str = "isolated"  # the launch mode its measurements are timed in
 
     @property
     def problem_key(self) -> str:

@@ -141,6 +141,20 @@ def _bounded(candidates: Sequence[CandidateInfo]) -> dict[str, Any]:
     return {"count": len(bounds), "valid": len(valid), "bound": max(bounds, default=None)}
 
 
+LAUNCH_TEXT = {
+    "graph": "graph: back-to-back launches in one CUDA graph per side (GPU time)",
+    "eager": "eager: calls through the export's loader (GPU plus launch cost)",
+    "isolated": "isolated: each launch after a spin kernel (a study made before the modes)",
+}
+
+
+def launch_text(launch: str, measured: dict[str, int]) -> str:
+    """The study's launch mode in words, and any measurement it holds of another mode."""
+    others = {mode: n for mode, n in measured.items() if mode != launch}
+    return LAUNCH_TEXT.get(launch, launch) + "".join(
+        f"; {n} measurement{'s' if n != 1 else ''} in {mode} mode" for mode, n in others.items())
+
+
 def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, Any]:
     """Everything the page shows for one study."""
     info = store.get_study(name)
@@ -161,10 +175,13 @@ def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, An
         fallback = _fallback_schedule(candidates)
         schedules = [fallback] if fallback is not None else []
     statuses: dict[str, int] = {}
+    launches: dict[str, int] = {}
     for c in candidates:
         for recorded in c.measurements:
             status = recorded.measurement.status
             statuses[status] = statuses.get(status, 0) + 1
+            launches[recorded.measurement.launch] = launches.get(recorded.measurement.launch,
+                                                                 0) + 1
     imp = importance(timed)
     return {
         "name": info.name,
@@ -175,6 +192,9 @@ def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, An
         "sampler": info.sampler,
         # What the study started from (on, off, exclude-self); older studies did not record it.
         "library": info.config.get("library") or "not recorded",
+        "launch": info.launch,
+        "launch_text": launch_text(info.launch, launches),
+        "measurement_launches": launches,
         "status": info.status,
         "config": info.config,
         "created_at": info.created_at.isoformat(timespec="seconds"),

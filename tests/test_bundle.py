@@ -33,6 +33,7 @@ from tsopt.core.bundle import (
     BundleResults,
     read_manifest,
     read_results,
+    with_checksum,
     write_bundle,
     write_results,
 )
@@ -270,6 +271,7 @@ class SimulatedDevice(Measurer):
         """Replaces bundle_measure.open_measurer: the same device, whatever the options."""
         self.opened.append({"isolation": isolation, "runs": runs, **options})
         self.runs, self.warmup, self.checks = runs, warmup, checks
+        self.launch = options.get("launch", self.launch)
         return self
 
     def probe(self, problem: Problem) -> Probe:
@@ -331,7 +333,7 @@ def test_measure_bundle_records_every_status_and_resumes(
     assert device.measured == [g.hash for g in genomes]  # nobody measured twice
     assert len(done.baselines) == 2
     assert done.settings == {"runs": 50, "warmup": 10, "checks": 2, "isolation": "worker",
-                             "baseline": "once"}
+                             "baseline": "once", "launch": "graph"}
     assert [o["isolation"] for o in device.opened] == ["worker", "worker"]  # the default
 
     probes = device.probe_count
@@ -373,6 +375,82 @@ def test_measure_bundle_refuses_bad_options(tmp_path: Path) -> None:
                             ({"baseline": "never"}, "'never'")]:
         with pytest.raises(UserInputError, match=message):
             measure_bundle(bundle, console=quiet(), **kwargs)
+
+
+# -- launch modes -------------------------------------------------------------------------
+def test_a_bundle_says_its_studys_launch_mode_and_is_measured_in_it(
+    tmp_path: Path, device: SimulatedDevice,
+) -> None:
+    bundle, genomes = make_bundle(tmp_path, n=2)
+    assert read_manifest(bundle).launch == "graph"  # a new study's default
+    assert json.loads((bundle / MANIFEST_NAME).read_text())["launch"] == "graph"
+    assert measure_bundle(bundle, console=quiet()) == 0
+    assert device.opened[0]["launch"] == "graph"
+    done = read_results(bundle)
+    assert done is not None and done.settings["launch"] == "graph"
+    assert [m.launch for m in done.measurements] == ["graph", "graph"]
+
+
+def test_a_bundle_from_before_the_modes_reads_and_measures_as_isolated(
+    tmp_path: Path, device: SimulatedDevice,
+) -> None:
+    bundle, _genomes = make_bundle(tmp_path, n=1)
+
+    def before_modes(doc: dict[str, Any]) -> None:
+        del doc["launch"]
+        doc.update(with_checksum({k: v for k, v in doc.items() if k != "sha256"}))
+    edit_manifest(bundle, before_modes)
+    assert read_manifest(bundle).launch == "isolated"
+    assert measure_bundle(bundle, console=quiet()) == 0
+    done = read_results(bundle)
+    assert done is not None and [m.launch for m in done.measurements] == ["isolated"]
+    # Results written before the modes (no launch on their measurements) read as isolated too.
+    doc = done.to_dict()
+    for m in doc["measurements"]:
+        del m["launch"]
+    (bundle / RESULTS_NAME).write_text(json.dumps(with_checksum(
+        {k: v for k, v in doc.items() if k != "sha256"})))
+    again = read_results(bundle)
+    assert again is not None and [m.launch for m in again.measurements] == ["isolated"]
+
+
+def test_another_launch_mode_than_the_bundles_is_refused_before_anything_is_measured(
+    tmp_path: Path, device: SimulatedDevice,
+) -> None:
+    bundle, _genomes = make_bundle(tmp_path, n=1)
+    with pytest.raises(UserInputError, match="--launch eager: bundle .* is of study "
+                                             "'copy-study', which measures in launch mode "
+                                             "'graph'; measure it with --launch graph"):
+        measure_bundle(bundle, console=quiet(), launch="eager")
+    with pytest.raises(UserInputError, match="--launch 'replay': expected one of graph, eager"):
+        measure_bundle(bundle, console=quiet(), launch="replay")
+    assert device.measured == [] and not (bundle / RESULTS_NAME).exists()
+    result = CliRunner().invoke(app, ["measure", str(bundle), "--launch", "eager"])
+    assert result.exit_code == 2 and "measures in launch mode 'graph'" in result.output
+    assert measure_bundle(bundle, console=quiet(), launch="graph") == 0
+
+
+def test_results_timed_in_another_mode_than_the_bundles_are_refused(
+    tmp_path: Path, device: SimulatedDevice,
+) -> None:
+    bundle, _genomes = make_bundle(tmp_path, n=1)
+    assert measure_bundle(bundle, console=quiet()) == 0
+    doc = json.loads((bundle / RESULTS_NAME).read_text())
+    doc["measurements"][0]["launch"] = "eager"
+    (bundle / RESULTS_NAME).write_text(json.dumps(with_checksum(
+        {k: v for k, v in doc.items() if k != "sha256"})))
+    with pytest.raises(BundleError, match="was timed in launch mode 'eager'; the bundle's "
+                                          "study measures in 'graph'"):
+        read_results(bundle, read_manifest(bundle))
+
+
+def test_appending_to_a_bundle_in_another_launch_mode_is_refused(tmp_path: Path) -> None:
+    bundle, genomes = make_bundle(tmp_path, n=1)
+    artifact = make_artifact(tmp_path / "more", genome(9))
+    with pytest.raises(BundleError, match="graph, cannot append .*eager"):
+        write_bundle(bundle, study="copy-study", space="copy", problem=PROBLEM, arch="sm_90a",
+                     candidates=[BundleEntry(genome(9), artifact)], append=True, launch="eager")
+    assert [c.genome_hash for c in read_manifest(bundle).candidates] == [genomes[0].hash]
 
 
 def test_cli_measure_gives_exit_2_and_one_line_for_a_corrupted_manifest(tmp_path: Path) -> None:

@@ -133,6 +133,49 @@ def test_migration_creates_every_table_and_reopening_is_a_no_op(db_url: str) -> 
     engine.dispose()
 
 
+def test_records_from_before_the_launch_modes_read_as_isolated_never_as_graph(
+        db_url: str) -> None:
+    """A database at revision 0005 (no launch modes) holds a study and a measurement; after the
+    upgrade they read as what they were, ``isolated``; a new study measures in graph mode,
+    and asking the old one for another mode is refused."""
+    from alembic import command
+
+    from tsopt.db.migrate import alembic_config
+
+    genome = copy_genome()
+    with Store(db_url) as first:
+        old = new_study(first, "old-study")
+        cid = first.add_candidate(old, genome, "seed")
+        first.record_measurement(cid, measurement(genome, 25.0), "run-old")
+        engine = create_engine(first.url)
+        with engine.begin() as conn:  # back to the schema before the modes: their columns go
+            command.downgrade(alembic_config(connection=conn), "0005")
+            assert "launch" not in {c["name"] for c in inspect(conn).get_columns(
+                "tsopt_measurement")}
+        engine.dispose()
+    with Store(db_url) as reopened:  # opening upgrades it to head
+        info = reopened.get_study("old-study")
+        assert info is not None and info.launch == "isolated"
+        [candidate] = reopened.candidates("old-study")
+        assert [r.measurement.launch for r in candidate.measurements] == ["isolated"]
+        # Resumed without a mode, it keeps its own; with another, it is refused.
+        assert reopened.create_or_get_study("old-study", "copy", PROBLEM, "sm_90a", "grid",
+                                            {}).launch == "isolated"
+        with pytest.raises(UserInputError, match="launch mode 'isolated' \\(asked for 'graph'\\)"):
+            reopened.create_or_get_study("old-study", "copy", PROBLEM, "sm_90a", "grid", {},
+                                         launch="graph")
+        fresh = reopened.create_or_get_study("new-study", "copy", PROBLEM, "sm_90a", "grid", {})
+        assert fresh.launch == "graph"
+        eager = reopened.create_or_get_study("eager-study", "copy", PROBLEM, "sm_90a", "grid", {},
+                                             launch="eager")
+        cid = reopened.add_candidate("eager-study", genome, "seed")
+        timed = dataclasses.replace(measurement(genome, 30.0), launch="eager")
+        reopened.record_measurement(cid, timed, "run-new")
+        [candidate] = reopened.candidates("eager-study")
+        assert eager.launch == "eager"
+        assert [r.measurement for r in candidate.measurements] == [timed]
+
+
 def test_optuna_rdb_storage_lives_in_the_same_database(db_url: str) -> None:
     import optuna
 

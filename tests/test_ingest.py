@@ -210,3 +210,32 @@ def test_a_study_of_another_problem_is_not_mixed_in(
                                   "sm_90a", "tpe", {})
     with pytest.raises(UserInputError, match="already exists with problem 'copy-fp16-64x64'"):
         ingest_bundle(path, url, Console(quiet=True))
+
+
+def test_a_bundle_of_another_launch_mode_than_its_study_is_refused_and_changes_nothing(
+    tmp_path: Path, bundle: tuple[Path, list[Genome]],
+) -> None:
+    path, genomes = bundle
+    url = f"sqlite:///{tmp_path / 'eager.db'}"
+    with Store(url) as store:  # the study measures eagerly; the bundle was measured in graphs
+        store.create_or_get_study(STUDY, "copy", PROBLEM, "sm_90a", "tpe", {}, launch="eager")
+    with pytest.raises(UserInputError, match="already exists with launch mode 'eager' "
+                                             "\\(asked for 'graph'\\)"):
+        ingest_bundle(path, url, Console(quiet=True))
+    with Store(url) as store:
+        assert store.candidates(STUDY) == []
+    result = CliRunner().invoke(app, ["ingest", str(path), "--db", url])
+    assert result.exit_code == 2 and "launch mode 'eager'" in result.output
+
+
+def test_ingest_records_each_measurement_in_the_bundles_mode(
+    tmp_path: Path, bundle: tuple[Path, list[Genome]],
+) -> None:
+    path, genomes = bundle
+    url = f"sqlite:///{tmp_path / 'graph.db'}"
+    assert ingest_bundle(path, url, Console(quiet=True)) == 0
+    with Store(url) as store:
+        info = store.get_study(STUDY)
+        assert info is not None and info.launch == "graph"
+        assert {r.measurement.launch for c in store.candidates(STUDY)
+                for r in c.measurements} == {"graph"}

@@ -41,6 +41,7 @@ from tsopt.workers.loader import (
 )
 from tsopt.workers.measure import measure_artifacts
 from tsopt.workers.measurer import MeasureError
+from tsopt.workers.paired import EAGER_CALLS, GRAPH_MIN_LAUNCHES, PairedSettings, PairedTimer
 from tsopt.workers.process_measurer import measure_candidate
 from tsopt.workers.reference import (
     GEMM_REL_TOL,
@@ -51,7 +52,7 @@ from tsopt.workers.reference import (
     OpReference,
     reference_for,
 )
-from tsopt.workers.session import Session, Timing, percentile, rotation
+from tsopt.workers.session import CapturedLaunches, CaptureError, Session, Timing, percentile, rotation
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS, COLS = 64, 128
@@ -498,13 +499,61 @@ class SimulatedSession(Session):
             samples.append((time.perf_counter() - start) * 1e6)
         return samples
 
+    # The graph mode on the simulated device: "capturing" launches each set once with the
+    # kernel told it is under capture (a kernel that synchronises refuses there, as CUDA
+    # does), then a replay runs the recorded launches again in order.
+    def record_graph(self, launch, sets):  # type: ignore[no-untyped-def]
+        self.kernel.capturing = True
+        try:
+            for bset in sets:
+                launch(bset)
+        finally:
+            self.kernel.capturing = False
+        self.kernel.captures.append(len(sets))
+        return CapturedLaunches(SimulatedGraph(launch, list(sets)), len(sets))
+
+    def time_replays(self, captured, count, what):  # type: ignore[no-untyped-def]
+        samples = []
+        for _ in range(count):
+            start = time.perf_counter()
+            captured.replay()
+            samples.append((time.perf_counter() - start) * 1e6 / captured.launches)
+        return samples
+
+    def time_calls(self, call, sets, what):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        for bset in sets:
+            call(bset)
+        return (time.perf_counter() - start) * 1e6 / len(sets)
+
+
+class SimulatedGraph:
+    """A captured graph's stand-in on the simulated device: the recorded launches, in order."""
+
+    def __init__(self, launch, sets) -> None:  # type: ignore[no-untyped-def]
+        self.launch, self.sets = launch, sets
+
+    def replay(self) -> None:
+        for bset in self.sets:
+            self.launch(bset)
+
+    def reset(self) -> None:
+        self.sets = []
+
+
+CAPTURE_UNSUPPORTED = 900  # cudaErrorStreamCaptureUnsupported: a sync inside a capture
+
 
 class PlantedKernel:
     """A Python function in place of the artifact's library (simulated device)."""
 
-    def __init__(self, body, load_code: int = 0) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, body, load_code: int = 0,  # type: ignore[no-untyped-def]
+                 syncs: bool = False) -> None:
         self.body = body
         self.load_code = load_code
+        self.syncs = syncs  # its host code synchronises the stream: refused under capture
+        self.capturing = False
+        self.captures: list[int] = []  # launches per captured graph
         self.launches = 0
         self.sets: dict[tuple[int, ...], BufferSet] = {}
         self.cuda = CudaLibraries(FakeRuntime(), None)  # type: ignore[arg-type]
@@ -518,6 +567,8 @@ class PlantedKernel:
         return self.load_code
 
     def launch(self, ptrs, stream: int) -> int:  # type: ignore[no-untyped-def]
+        if self.capturing and self.syncs:
+            return CAPTURE_UNSUPPORTED
         self.launches += 1
         bset = self.sets[tuple(ptrs)]
         return int(self.body(bset.inputs, bset.outputs, self.launches) or 0)
@@ -529,26 +580,29 @@ class FakeRuntime:
 
 
 def run_planted(problem: Problem, body,  # type: ignore[no-untyped-def]
-                load_code: int = 0, runs: int = 20, warmup: int = 3):
-    kernel = PlantedKernel(body, load_code)
+                load_code: int = 0, runs: int = 20, warmup: int = 3, launch: str = "graph",
+                user_call=None, syncs: bool = False):
+    kernel = PlantedKernel(body, load_code, syncs)
     reference = reference_for(problem)
     tensors = reference.default_tensors()
     manifest = ArtifactManifest("ab" * 32, problem.op, problem.to_dict(), "sm_90a", tuple(tensors))
     checked: list[dict[str, object]] = []
     base = {"genome_hash": "ab" * 32, "problem_key": problem.key, "device": "simulated device"}
     m = candidate.measure_loaded(kernel, reference, manifest, SimulatedSession(kernel), runs,  # type: ignore[arg-type]
-                                 warmup, 2, checked.append, base, time.perf_counter())
+                                 warmup, 2, checked.append, base, time.perf_counter(),
+                                 launch=launch, user_call=user_call)
     return m, checked, kernel
 
 
 SMALL_COPY = Problem.of("copy", "fp16", rows=32, cols=64)
 
 
-def test_simulated_correct_copy_is_ok_and_checked_timed_and_compared() -> None:
+@pytest.mark.parametrize("launch", ["graph", "isolated"])
+def test_simulated_correct_copy_is_ok_and_checked_timed_and_compared(launch: str) -> None:
     def copy(ins, outs, n):  # type: ignore[no-untyped-def]
         outs[0].copy_(ins[0])
 
-    m, checked, kernel = run_planted(SMALL_COPY, copy)
+    m, checked, kernel = run_planted(SMALL_COPY, copy, launch=launch)
     assert m.status == "ok", m.error
     assert m.rel_err == 0.0 and m.rate_unit == "GB/s"
     assert m.baseline_name == "torch.copy_" and m.ratio is not None and m.ratio > 0
@@ -561,8 +615,11 @@ def test_simulated_correct_copy_is_ok_and_checked_timed_and_compared() -> None:
     assert m.ratio_lo <= m.ratio <= m.ratio_hi
     assert m.conditions["stopped"] in ("converged", "time cap", "max rounds")
     assert m.conditions["nvml"].startswith("unavailable")  # no GPU to read here
-    # checks, the warm-up (two per batch), the timed launches, the back-to-back re-check
-    warm_batches = (kernel.launches - 2 - m.runs - 3) / 2
+    # checks, the warm-up (two samples per batch), the timed samples, the back-to-back
+    # re-check; in graph mode a sample is a replay of 32, after two runs outside the capture
+    # and the (simulated) capture's own 32.
+    per, graph = (GRAPH_MIN_LAUNCHES, 2 + GRAPH_MIN_LAUNCHES) if launch == "graph" else (1, 0)
+    warm_batches = ((kernel.launches - 2 - graph - 3) / per - m.runs) / 2
     assert warm_batches >= 1 and warm_batches == int(warm_batches)
 
 
@@ -640,6 +697,94 @@ def test_simulated_int16_partial_write_is_wrong_naming_the_poison() -> None:
     # An input equal to the poison (once in 2^16) is neither counted as differing nor unwritten.
     assert "of 2048 elements differ" in (m.error or "")
     assert f"of them still hold the poison {INT16_POISON} (never written)" in (m.error or "")
+
+
+def _copy_body(ins, outs, n):  # type: ignore[no-untyped-def]
+    outs[0].copy_(ins[0])
+
+
+def test_simulated_graph_mode_captures_each_side_over_every_rotated_set() -> None:
+    m, _checked, kernel = run_planted(SMALL_COPY, _copy_body, launch="graph")
+    assert m.status == "ok", m.error
+    assert m.launch == "graph"
+    # One graph per side (the candidate's, then torch's copy), of GRAPH_MIN_LAUNCHES launches
+    # cycling over the simulated session's 3 buffer sets; a sample is one replay over 32.
+    assert kernel.captures == [GRAPH_MIN_LAUNCHES, GRAPH_MIN_LAUNCHES]
+    assert m.conditions["launches_per_sample"] == GRAPH_MIN_LAUNCHES
+    assert m.ratio is not None and m.ratio_lo is not None and m.rounds >= 3
+
+
+def test_simulated_graph_timer_captures_the_baseline_too_and_alternates_abba() -> None:
+    session = SimulatedSession(PlantedKernel(_copy_body))
+    reference = reference_for(SMALL_COPY)
+    buffers = session.allocate(reference, reference.default_tensors())
+    captured: list[tuple[str, int]] = []
+    replayed: list[str] = []
+    real_record, real_replays = session.record_graph, session.time_replays
+
+    def record(launch, sets):  # type: ignore[no-untyped-def]
+        captured.append((launch.__name__, len(sets)))
+        return real_record(launch, sets)
+
+    def replays(graph, count, what):  # type: ignore[no-untyped-def]
+        replayed.append(graph.graph.launch.__name__)
+        return real_replays(graph, count, what)
+    session.record_graph = record  # type: ignore[method-assign]
+    session.time_replays = replays  # type: ignore[method-assign]
+
+    def cand(bset: BufferSet) -> None:
+        bset.outputs[0].copy_(bset.inputs[0])
+
+    def base(bset: BufferSet) -> None:
+        bset.outputs[0].copy_(bset.inputs[0])
+
+    settings = PairedSettings(min_rounds=4, max_rounds=4, warmup_min_s=0.0, warmup_max_s=0.0,
+                              target=0.0)
+    timing = PairedTimer(session, buffers.sets, None, settings, launch="graph").time(cand, base)
+    assert captured == [("cand", GRAPH_MIN_LAUNCHES), ("base", GRAPH_MIN_LAUNCHES)]
+    assert timing.rounds == 4 and timing.conditions["launches_per_sample"] == GRAPH_MIN_LAUNCHES
+    # The warm-up replays each side once, then the rounds alternate AB, BA, AB, BA.
+    assert replayed == ["cand", "base"] + ["cand", "base", "base", "cand"] * 2
+
+
+def test_simulated_eager_mode_times_the_user_call_path_not_the_launch() -> None:
+    calls: list[int] = []
+
+    def user_call(bset: BufferSet) -> None:  # the export's loader, as its user calls it
+        calls.append(1)
+        bset.outputs[0].copy_(bset.inputs[0])
+
+    m, _checked, kernel = run_planted(SMALL_COPY, _copy_body, launch="eager", user_call=user_call)
+    assert m.status == "ok", m.error
+    assert m.launch == "eager" and m.conditions["launches_per_sample"] == EAGER_CALLS
+    assert kernel.captures == []
+    assert len(calls) % EAGER_CALLS == 0 and len(calls) >= EAGER_CALLS * m.rounds
+    with pytest.raises(ValueError, match="pass candidate_call"):
+        run_planted(SMALL_COPY, _copy_body, launch="eager")
+
+
+def test_simulated_isolated_mode_is_the_old_runner_and_says_so() -> None:
+    m, _checked, kernel = run_planted(SMALL_COPY, _copy_body, launch="isolated")
+    assert m.status == "ok", m.error
+    assert m.launch == "isolated" and m.conditions["launches_per_sample"] == 1
+    assert kernel.captures == []
+
+
+def test_simulated_kernel_that_syncs_cannot_be_captured_and_says_why() -> None:
+    with pytest.raises(CaptureError) as fault:
+        run_planted(SMALL_COPY, _copy_body, launch="graph", syncs=True)
+    assert fault.value.status == "launch_error"
+    assert fault.value.message == ("the candidate cannot be captured in a CUDA graph: "
+                                   "tsopt_launch returned 900 simulated")
+    # The same kernel measures in the other modes: only its capture fails.
+    m, _checked, _kernel = run_planted(SMALL_COPY, _copy_body, launch="isolated", syncs=True)
+    assert m.status == "ok", m.error
+
+
+def test_an_unknown_launch_mode_is_refused_by_the_timer() -> None:
+    session = SimulatedSession(PlantedKernel(_copy_body))
+    with pytest.raises(ValueError, match="launch mode 'replay': expected one of graph, eager"):
+        PairedTimer(session, [], None, launch="replay")
 
 
 def test_int16_inputs_span_the_type_and_outputs_hold_the_poison() -> None:

@@ -331,7 +331,7 @@ from tsopt.workers import device, runner
 from tsopt.workers.buffers import make_buffers
 from tsopt.workers.faults import KernelFault
 from tsopt.workers.loader import CudaLibraries
-from tsopt.workers.session import Session, Timing, rotation
+from tsopt.workers.session import CapturedLaunches, Session, Timing, rotation
 
 POINTERS = {}  # data_ptr -> the simulated device's tensor at that address
 CONTEXT = {"healthy": True}
@@ -380,6 +380,41 @@ class SimulatedSession(Session):
             samples.append((time.perf_counter() - start) * 1e6 + 1.0)
         return samples
 
+    def record_graph(self, launch, sets):  # the capture: each launch told it is captured
+        CONTEXT["capturing"] = True
+        try:
+            for bset in sets:
+                launch(bset)
+        finally:
+            CONTEXT["capturing"] = False
+        return CapturedLaunches(SimulatedGraph(launch, list(sets)), len(sets))
+
+    def time_replays(self, captured, count, what):
+        samples = []
+        for _ in range(count):
+            start = time.perf_counter()
+            captured.replay()
+            samples.append((time.perf_counter() - start) * 1e6 / captured.launches + 1.0)
+        return samples
+
+    def time_calls(self, call, sets, what):
+        start = time.perf_counter()
+        for bset in sets:
+            call(bset)
+        return (time.perf_counter() - start) * 1e6 / len(sets) + 1.0
+
+
+class SimulatedGraph:
+    def __init__(self, launch, sets):
+        self.launch, self.sets = launch, sets
+
+    def replay(self):
+        for bset in self.sets:
+            self.launch(bset)
+
+    def reset(self):
+        self.sets = []
+
 
 class SimulatedRuntime:
     path = "simulated libcudart"
@@ -422,6 +457,8 @@ class SimulatedLibrary:
             ctypes.string_at(0)
         if self.behaviour == "illegal-address":
             return 700
+        if self.behaviour == "syncs" and CONTEXT.get("capturing"):
+            return 900  # cudaErrorStreamCaptureUnsupported: its host code synchronised
         views = [POINTERS[p] for p in ptrs]
         ins = [v for v, r in zip(views, self.roles) if r == "input"]
         outs = [v for v, r in zip(views, self.roles) if r == "output"]
@@ -556,6 +593,24 @@ def test_simulated_crash_and_sticky_fault_end_their_worker(simulated: Path) -> N
     assert run.stats is not None and (run.stats.processes, run.stats.replaced) == (3, 2)
     assert any(f"exited after candidate {dirs[3].name[:12]}: a sticky CUDA fault (crash)" in n
                for n in notes)
+
+
+def test_simulated_uncapturable_candidate_is_a_launch_error_and_the_worker_goes_on(
+        simulated: Path) -> None:
+    dirs = simulated_artifacts(simulated, ["copy", "syncs", "copy"])
+    run, _notes = run_simulated(dirs)
+    assert [m.status for m in run.measurements] == ["ok", "launch_error", "ok"]
+    assert run.measurements[1].error == ("the candidate cannot be captured in a CUDA graph: "
+                                         "tsopt_launch returned 900 simulated")
+    assert {m.launch for m in run.measurements} == {"graph"}
+    assert len(set(run.pids)) == 1  # the same worker measured the one after it
+
+
+def test_simulated_worker_times_in_the_mode_it_is_given(simulated: Path) -> None:
+    dirs = simulated_artifacts(simulated, ["copy", "syncs"])
+    run, _notes = run_simulated(dirs, launch="isolated")
+    assert [(m.status, m.launch) for m in run.measurements] == [("ok", "isolated")] * 2
+    assert [m.conditions["launches_per_sample"] for m in run.measurements] == [1, 1]
 
 
 def test_simulated_launch_error_continues_only_with_a_healthy_context(simulated: Path) -> None:

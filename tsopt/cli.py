@@ -205,6 +205,8 @@ def measure(
     limit: int = typer.Option(None, help="Measure only the first N candidates."),
     gpus: str = typer.Option("all", help="GPUs to measure on, one measuring worker each: N "
                              "(the first N this process sees) or all."),
+    launch: str = typer.Option(None, help="Launch mode, graph or eager: must be the bundle's "
+                               "own (its study's), which is the default."),
 ) -> None:
     """On a GPU machine: check and time every candidate of a bundle, write results into it."""
     with _Guard():
@@ -212,7 +214,7 @@ def measure(
         from tsopt.workers.gpus import parse_gpus
 
         code = measure_bundle(bundle, runs=runs, warmup=warmup, limit=limit, console=console,
-                              gpus=parse_gpus(gpus))
+                              gpus=parse_gpus(gpus), launch=launch)
     raise typer.Exit(code)
 
 

@@ -40,7 +40,7 @@ from tsopt.core.bundle import (
 from tsopt.core.devices import check_fits
 from tsopt.core.errors import UserInputError
 from tsopt.core.problem import ProblemError
-from tsopt.core.records import Measurement
+from tsopt.core.records import LAUNCH_MODES, Measurement
 from tsopt.workers.gpus import measuring_gpus
 from tsopt.workers.limits import Limits
 from tsopt.workers.measure import ISOLATIONS, open_measurer
@@ -72,7 +72,8 @@ class BundleView:
     """What :func:`measure_bundle` tells its operator, as plain lines on stdout."""
 
     def plan(self, bundle: Path, manifest: BundleManifest, selected: int, pending: int) -> None:
-        print(f"bundle {bundle} ({manifest.study}, {manifest.problem}, {manifest.arch}): "
+        print(f"bundle {bundle} ({manifest.study}, {manifest.problem}, {manifest.arch}, "
+              f"launch mode {manifest.launch}): "
               f"{len(manifest.candidates)} candidates, {selected - pending} of the {selected} "
               "selected already measured", flush=True)
         if not pending:
@@ -369,7 +370,7 @@ def measure_bundle(
     checks: int = 2, gpu: int | None = None, *,
     isolation: str = "worker", max_candidates: int = WORKER_MAX_CANDIDATES,
     baseline: str = "once", rebaseline_every: int = REBASELINE_EVERY,
-    view: BundleView | None = None, gpus: int | None = None,
+    view: BundleView | None = None, gpus: int | None = None, launch: str | None = None,
 ) -> int:
     """Measure a bundle's unmeasured candidates, writing results.json; returns the exit code.
 
@@ -386,10 +387,16 @@ def measure_bundle(
     candidate when it is free; every result goes into the one results.json as it comes, and
     names its GPU (``conditions["gpu"]``). A GPU that cannot measure stops; the others measure
     the rest. ``gpu``: measure on this one device only.
+
+    ``launch``: the launch mode, which must be the bundle's own (its study's; None: take it
+    from the manifest): a bundle measured in another mode could not be ingested beside its
+    study's measurements, so another mode is refused before anything is measured.
     """
     view = view or BundleView()
     check_options(runs, warmup, limit, checks, isolation, max_candidates, rebaseline_every,
                   baseline)
+    if launch is not None and launch not in LAUNCH_MODES:
+        raise UserInputError(f"--launch {launch!r}: expected one of {', '.join(LAUNCH_MODES)}")
     if gpu is not None and gpus not in (None, 1):
         raise UserInputError(f"--gpu {gpu} names one GPU; --gpus {gpus} asks for several")
     bundle = Path(bundle)
@@ -398,6 +405,11 @@ def measure_bundle(
         check_fits(manifest.problem, manifest.arch)
     except ProblemError as exc:
         raise UserInputError(f"{bundle / 'manifest.json'}: {exc}") from None
+    if launch is not None and launch != manifest.launch:
+        raise UserInputError(
+            f"--launch {launch}: bundle {bundle} is of study {manifest.study!r}, which measures "
+            f"in launch mode {manifest.launch!r}; measure it with --launch {manifest.launch} "
+            "(or tune a study with the other mode)")
     results = read_results(bundle, manifest)
     selected = manifest.candidates[:limit] if limit else manifest.candidates
     done = results.measured_hashes() if results else set()
@@ -409,13 +421,14 @@ def measure_bundle(
 
     settings: dict[str, Any] = {
         "runs": runs, "warmup": warmup, "checks": checks, "isolation": isolation,
-        "baseline": baseline if isolation == "worker" else "paired"}
+        "baseline": baseline if isolation == "worker" else "paired", "launch": manifest.launch}
     if len(devices) > 1:
         settings["gpus"] = len(devices)
     with ExitStack() as stack:
         measurers = [stack.enter_context(open_measurer(
             isolation, runs, warmup, checks, device, max_candidates=max_candidates,
-            baseline=baseline, rebaseline_every=rebaseline_every, log=view.note))
+            baseline=baseline, rebaseline_every=rebaseline_every, log=view.note,
+            launch=manifest.launch))
             for device in devices]
         shared = _Shared(bundle, manifest, results, pending, view, settings, measurers)
         wall_start = time.monotonic()

@@ -7,10 +7,13 @@ One candidate, in order (:func:`measure_artifact`):
 2. ``tsopt_load()``: the module load, its return code checked;
 3. ``checks`` times: fresh random inputs, the output poisoned, one launch, compare with the
    torch reference (every element written; see tsopt.workers.reference);
-4. time, paired with the vendor baseline (tsopt.workers.paired): on buffer sets rotated over
+4. time, paired with the vendor baseline (tsopt.workers.paired) in the study's launch mode
+   (``graph``: each side's launches captured in a CUDA graph; ``eager``: calls through the
+   export's loader; ``isolated``: launches after a spin kernel): on buffer sets rotated over
    more than 2 x L2, the two alternate until the GPU's clock settles, then in rounds until the
    median ratio's 95 % interval is within ±0.5 % or a time cap; clocks, power and throttle
-   reasons are read through NVML alongside;
+   reasons are read through NVML alongside. A candidate a graph cannot capture is a
+   ``launch_error`` saying so;
 5. re-check: fresh inputs on the last buffer sets, the candidate launched back to back, every
    output compared again (a race can pass one isolated launch and fail back-to-back ones).
 
@@ -31,11 +34,11 @@ import torch
 from tsopt.core.artifact import ArtifactError, ArtifactManifest, TensorDesc
 from tsopt.core.bundle import Baseline, utc_now
 from tsopt.core.problem import Problem, ProblemError
-from tsopt.core.records import Measurement
+from tsopt.core.records import DEFAULT_LAUNCH, Measurement
 from tsopt.workers import device
 from tsopt.workers.buffers import Buffers, BufferSet, fill, fill_set
 from tsopt.workers.faults import KernelFault, fault_from_torch, status_of_cuda_error
-from tsopt.workers.loader import KernelLibrary, KernelLoadError
+from tsopt.workers.loader import KernelLibrary, KernelLoadError, load_kernel
 from tsopt.workers.nvml import device_nvml
 from tsopt.workers.paired import PairedSettings, PairedTimer
 from tsopt.workers.reference import CheckResult, OpReference, reference_for
@@ -57,6 +60,17 @@ def _kernel_launcher(lib: KernelLibrary, session: Session,
     return launch
 
 
+def exported_call(artifact_dir: Path) -> Callable[[BufferSet], None]:
+    """The candidate as a user of its export calls it: the export's loader
+    (tsopt.workers.loader, copied verbatim into every export) on the set's torch tensors,
+    its checks and its stream look-up included; what the ``eager`` launch mode times."""
+    kernel = load_kernel(artifact_dir)
+
+    def call(bset: BufferSet) -> None:
+        kernel(*bset.inputs, out=bset.outputs)
+    return call
+
+
 def baseline_launcher(reference: OpReference) -> Callable[[BufferSet], None]:
     def launch(bset: BufferSet) -> None:
         reference.baseline(bset.inputs, bset.outputs)
@@ -72,7 +86,7 @@ def load_module(lib: KernelLibrary) -> None:
 
 def measure_artifact(
     artifact_dir: Path, runs: int = 50, warmup: int = 10, checks: int = 2,
-    on_checked: Callable[[dict[str, Any]], None] | None = None,
+    on_checked: Callable[[dict[str, Any]], None] | None = None, launch: str = DEFAULT_LAUNCH,
 ) -> Measurement:
     """Check and time one artifact in this process; never raises for the candidate's faults.
 
@@ -87,7 +101,8 @@ def measure_artifact(
     started = time.perf_counter()
     artifact_dir = Path(artifact_dir)
     base: dict[str, Any] = {"genome_hash": artifact_dir.name, "problem_key": "",
-                            "cuda": torch.version.cuda or "", "torch": torch.__version__}
+                            "cuda": torch.version.cuda or "", "torch": torch.__version__,
+                            "launch": launch}
 
     def failed(status: str, message: str, **extra: Any) -> Measurement:
         return Measurement(status=status, error=message,  # type: ignore[arg-type]
@@ -120,19 +135,23 @@ def measure_artifact(
         session = device.new_session(cuda)
         with torch.cuda.stream(session.stream):
             return measure_loaded(lib, reference, manifest, session, runs, warmup, checks,
-                                  on_checked, base, started)
+                                  on_checked, base, started, launch=launch,
+                                  user_call=exported_call(artifact_dir) if launch == "eager"
+                                  else None)
     except KernelFault as fault:
         return failed(fault.status, fault.message)
-    except RuntimeError as exc:
+    except RuntimeError as exc:  # a KernelLoadError too (the eager call path's loader)
         seen = fault_from_torch(exc, session.cuda if session is not None else None,
                                 "the measurement")
         return failed(seen.status, seen.message)
 
 
-def failure_report(genome_hash: str, problem_key: str, status: str, message: str) -> dict[str, Any]:
+def failure_report(genome_hash: str, problem_key: str, status: str, message: str,
+                   launch: str = DEFAULT_LAUNCH) -> dict[str, Any]:
     """A failed Measurement as a child reports it (``genome_hash`` "baseline" for the vendor)."""
     return Measurement(genome_hash, problem_key, status, error=message,  # type: ignore[arg-type]
-                       cuda=torch.version.cuda or "", torch=torch.__version__).to_dict()
+                       cuda=torch.version.cuda or "", torch=torch.__version__,
+                       launch=launch).to_dict()
 
 
 def _wrong(result: CheckResult, when: str, base: dict[str, Any], started: float) -> Measurement:
@@ -143,34 +162,37 @@ def _wrong(result: CheckResult, when: str, base: dict[str, Any], started: float)
 def measure_loaded(
     lib: KernelLibrary, reference: OpReference, manifest: ArtifactManifest, session: Session,
     runs: int, warmup: int, checks: int, on_checked: Callable[[dict[str, Any]], None] | None,
-    base: dict[str, Any], started: float,
+    base: dict[str, Any], started: float, *, launch: str = DEFAULT_LAUNCH,
+    user_call: Callable[[BufferSet], None] | None = None,
 ) -> Measurement:
     """One candidate in a process of its own: load, allocate, check, time, time the vendor."""
     load_module(lib)
     buffers = session.allocate(reference, manifest.tensors)
     return check_and_time(lib, reference, manifest.tensors, buffers, session, runs, warmup,
-                          checks, on_checked, base, started)
+                          checks, on_checked, base, started, launch=launch, user_call=user_call)
 
 
 def check_and_time(
     lib: KernelLibrary, reference: OpReference, tensors: Sequence[TensorDesc], buffers: Buffers,
     session: Session, runs: int, warmup: int, checks: int,
     on_checked: Callable[[dict[str, Any]], None] | None, base: dict[str, Any], started: float,
+    *, launch: str = DEFAULT_LAUNCH, user_call: Callable[[BufferSet], None] | None = None,
 ) -> Measurement:
-    """Check a loaded candidate on ``buffers``, time it paired with the vendor baseline, and
-    check it again after back-to-back launches.
+    """Check a loaded candidate on ``buffers``, time it paired with the vendor baseline in the
+    ``launch`` mode, and check it again after back-to-back launches. ``user_call``: the
+    candidate as its export's user calls it (:func:`exported_call`), which ``eager`` times.
 
     ``runs`` and ``warmup`` no longer fix the repetitions: the paired rounds warm up until the
     clock settles and stop on a ±0.5 % interval or the time cap (tsopt.workers.paired); they
     remain the watchdog's budget (tsopt.workers.limits).
     """
     torch.set_float32_matmul_precision("highest")  # the reference must not use TF32
-    launch = _kernel_launcher(lib, session, tensors)
+    run = _kernel_launcher(lib, session, tensors)
     worst = 0.0
     first = buffers.sets[0]
     for i in range(checks):
         seed = fill_set(first, reference, session.generator)
-        launch(first)
+        run(first)
         session.synchronize(f"checked run {i + 1}")
         result = reference.compare(first.inputs, first.outputs)
         if not result.ok:
@@ -181,15 +203,15 @@ def check_and_time(
         on_checked({"rel_err": worst, "checks": checks, "buffer_sets": len(buffers.sets)})
 
     fill(buffers, reference, session.generator)
-    timer = PairedTimer(session, buffers.sets, device_nvml(), PairedSettings.from_env())
-    paired = timer.time(launch, baseline_launcher(reference))
+    timer = PairedTimer(session, buffers.sets, device_nvml(), PairedSettings.from_env(), launch=launch)
+    paired = timer.time(run, baseline_launcher(reference), user_call)
     retaken: list[str] = []
     if paired.conditions.get("abnormal"):
         # Thermal or hardware slowdown (not the power cap, which is normal under load): take
         # the measurement once more; if the GPU is still abnormal, the record says so and the
         # ranking uses it only where nothing else exists (tsopt.core.standing).
         retaken = list(paired.conditions["abnormal"])
-        paired = timer.time(launch, baseline_launcher(reference))
+        paired = timer.time(run, baseline_launcher(reference), user_call)
     # The baseline wrote the same buffers, so re-check on fresh ones: poisoned outputs, the
     # candidate launched back to back with no sync between. Right alone but wrong back-to-back
     # is a race.
@@ -197,7 +219,7 @@ def check_and_time(
     for bset in recheck:
         fill_set(bset, reference, session.generator)
     for bset in recheck:
-        launch(bset)
+        run(bset)
     session.synchronize("the back-to-back re-check runs")
     for index, bset in enumerate(recheck):
         result = reference.compare(bset.inputs, bset.outputs)
@@ -219,7 +241,7 @@ def check_and_time(
         baseline_median_us=vendor.median_us, baseline_rate=reference.rate(vendor.median_us),
         ratio=paired.ratio, ratio_lo=paired.ratio_lo, ratio_hi=paired.ratio_hi,
         rounds=paired.rounds, conditions=conditions,
-        seconds=round(time.perf_counter() - started, 3), **base,
+        seconds=round(time.perf_counter() - started, 3), **{**base, "launch": launch},
     )
 
 
@@ -227,7 +249,11 @@ def check_and_time(
 def time_baseline(
     problem: Problem, runs: int = 50, warmup: int = 10,
 ) -> tuple[Baseline, dict[str, Any]]:
-    """Time the vendor baseline alone (the watchdog's probe); needs a GPU, raises KernelFault."""
+    """Time the vendor baseline alone (the watchdog's probe); needs a GPU, raises KernelFault.
+
+    Timed ``isolated`` whatever the study's launch mode: it sizes the watchdog's deadlines and
+    shows the baseline's spread across a run; no ratio uses it (each candidate's baseline is
+    timed beside it, in the study's mode)."""
     no_gpu = device.why_no_gpu()
     if no_gpu is not None:
         raise KernelFault("launch_error", no_gpu)

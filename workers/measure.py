@@ -16,7 +16,7 @@ from pathlib import Path
 from tsopt.core.artifact import ArtifactError, ArtifactManifest
 from tsopt.core.bundle import Baseline
 from tsopt.core.problem import Problem, ProblemError
-from tsopt.core.records import Measurement
+from tsopt.core.records import DEFAULT_LAUNCH, Measurement
 from tsopt.workers.measurer import Measurer, MeasureStats, Probe
 from tsopt.workers.process_measurer import ProcessMeasurer
 from tsopt.workers.worker_measurer import REBASELINE_EVERY, WORKER_MAX_CANDIDATES, WorkerMeasurer
@@ -28,15 +28,16 @@ def open_measurer(
     isolation: str = "worker", runs: int = 50, warmup: int = 10, checks: int = 2,
     gpu: int | None = None, *, max_candidates: int = WORKER_MAX_CANDIDATES,
     baseline: str = "once", rebaseline_every: int = REBASELINE_EVERY,
-    log: Callable[[str], None] | None = None,
+    log: Callable[[str], None] | None = None, launch: str = DEFAULT_LAUNCH,
 ) -> Measurer:
     """A :class:`WorkerMeasurer` (``isolation="worker"``) or :class:`ProcessMeasurer` (whose
-    baseline is always paired)."""
+    baseline is always paired), timing in the ``launch`` mode (tsopt.core.records)."""
     if isolation == "worker":
         return WorkerMeasurer(runs, warmup, checks, gpu, max_candidates=max_candidates,
-                              baseline=baseline, rebaseline_every=rebaseline_every, log=log)
+                              baseline=baseline, rebaseline_every=rebaseline_every, log=log,
+                              launch=launch)
     if isolation == "process":
-        return ProcessMeasurer(runs, warmup, checks, gpu, log=log)
+        return ProcessMeasurer(runs, warmup, checks, gpu, log=log, launch=launch)
     raise ValueError(f"isolation {isolation!r}: expected one of {', '.join(ISOLATIONS)}")
 
 
@@ -64,7 +65,7 @@ def measure_artifacts(
     gpu: int | None = None, on_result: Callable[[int, Measurement], None] | None = None, *,
     isolation: str = "worker", max_candidates: int = WORKER_MAX_CANDIDATES,
     baseline: str = "once", rebaseline_every: int = REBASELINE_EVERY,
-    log: Callable[[str], None] | None = None,
+    log: Callable[[str], None] | None = None, launch: str = DEFAULT_LAUNCH,
 ) -> MeasureRun:
     """Measure artifacts, each isolated (see the module doc); the baseline timed per problem.
 
@@ -88,12 +89,13 @@ def measure_artifacts(
     groups: dict[str, list[tuple[int, Path, str, Problem]]] = {}
     with open_measurer(isolation, runs, warmup, checks, gpu, max_candidates=max_candidates,
                        baseline=baseline, rebaseline_every=rebaseline_every,
-                       log=log) as measurer:
+                       log=log, launch=launch) as measurer:
         for index, artifact_dir in enumerate(artifact_dirs):
             genome_hash, problem, error = _identify(Path(artifact_dir))
             if problem is None:
                 record(index, Measurement(genome_hash, "", "launch_error",
-                                          error=f"bad artifact: {error}"), None)
+                                          error=f"bad artifact: {error}",
+                                          launch=launch), None)
             else:
                 groups.setdefault(problem.key, []).append(
                     (index, Path(artifact_dir), genome_hash, problem))

@@ -18,7 +18,7 @@ from typing import Any
 
 from tsopt.core.bundle import Baseline
 from tsopt.core.problem import Problem
-from tsopt.core.records import Measurement
+from tsopt.core.records import DEFAULT_LAUNCH, LAUNCH_MODES, Measurement
 
 _LOG = logging.getLogger(__name__)
 
@@ -144,8 +144,12 @@ class Measurer:
     paired = True  # each candidate's ratio uses the vendor timed right after it
 
     def __init__(self, runs: int = 50, warmup: int = 10, checks: int = 2,
-                 gpu: int | None = None, log: Callable[[str], None] | None = None) -> None:
+                 gpu: int | None = None, log: Callable[[str], None] | None = None,
+                 launch: str = DEFAULT_LAUNCH) -> None:
+        if launch not in LAUNCH_MODES:
+            raise ValueError(f"launch mode {launch!r}: expected one of {', '.join(LAUNCH_MODES)}")
         self.runs, self.warmup, self.checks, self.gpu = runs, warmup, checks, gpu
+        self.launch = launch  # the mode every candidate and its baseline are timed in
         self.log: Callable[[str], None] = log or _LOG.info
         self.stats = MeasureStats(self.isolation)
         self.probes: dict[str, Probe] = {}  # the first baseline timing of each problem
@@ -162,6 +166,8 @@ class Measurer:
 
     def measure(self, artifact_dir: Path, genome_hash: str, problem: Problem) -> Measurement:
         measured = self._measure(Path(artifact_dir), genome_hash, problem)
+        # Also what the watchdog made of a child that never reported (a hang, a timeout).
+        measured = replace(measured, launch=self.launch)
         if self.gpu_label is not None:
             measured = replace(measured, conditions={**measured.conditions,
                                                      "gpu": self.gpu_label})

@@ -18,13 +18,14 @@ import torch
 
 from tsopt.core.artifact import ArtifactError, ArtifactManifest
 from tsopt.core.problem import Problem, ProblemError
-from tsopt.core.records import Measurement
+from tsopt.core.records import DEFAULT_LAUNCH, Measurement
 from tsopt.workers import device
 from tsopt.workers.buffers import Buffers, fill
 from tsopt.workers.candidate import (
     baseline_launcher,
     baseline_record,
     check_and_time,
+    exported_call,
     failure_report,
     load_module,
 )
@@ -104,7 +105,8 @@ class MeasuringWorker:
             return self._baseline(self.state.problem, self.state.runs, self.state.warmup)
         return self._candidate(Path(command["artifact"]), str(command["genome_hash"]),
                                int(command["runs"]), int(command["warmup"]),
-                               int(command["checks"]), bool(command.get("paired", False)))
+                               int(command["checks"]), bool(command.get("paired", False)),
+                               str(command.get("launch", DEFAULT_LAUNCH)))
 
     # -- the vendor baseline ---------------------------------------------------------------
     def _baseline_failed(self, problem_key: str, status: str, message: str) -> str | None:
@@ -159,10 +161,10 @@ class MeasuringWorker:
 
     # -- a candidate -----------------------------------------------------------------------
     def _candidate(self, artifact_dir: Path, genome_hash: str, runs: int, warmup: int,
-                   checks: int, paired: bool) -> str | None:
+                   checks: int, paired: bool, launch: str = DEFAULT_LAUNCH) -> str | None:
         state = self.state
         self.current = (genome_hash, state.problem.key if state is not None else "")
-        measured = self.measure(artifact_dir, genome_hash, runs, warmup, checks, paired)
+        measured = self.measure(artifact_dir, genome_hash, runs, warmup, checks, paired, launch)
         self.measured += 1
         exiting = None
         if measured.status in STICKY_STATUSES:
@@ -173,11 +175,11 @@ class MeasuringWorker:
         return exiting
 
     def measure(self, artifact_dir: Path, genome_hash: str, runs: int, warmup: int,
-                checks: int, paired: bool = True) -> Measurement:
+                checks: int, paired: bool = True, launch: str = DEFAULT_LAUNCH) -> Measurement:
         """Check and time one artifact on the held problem's buffers; never raises for it.
 
         ``paired``: time the vendor right after it on the same buffers (else use the worker's
-        timing of the problem).
+        timing of the problem); ``launch``: the launch mode both are timed in.
         """
         started = time.perf_counter()
         state = self.state
@@ -185,7 +187,7 @@ class MeasuringWorker:
             "genome_hash": genome_hash, "problem_key": state.problem.key if state else "",
             "cuda": torch.version.cuda or "", "torch": torch.__version__,
             "device": str(self.environment.get("device", "")),
-            "driver": str(self.environment.get("driver", "")),
+            "driver": str(self.environment.get("driver", "")), "launch": launch,
         }
 
         def failed(status: str, message: str) -> Measurement:
@@ -218,7 +220,8 @@ class MeasuringWorker:
                 return check_and_time(
                     lib, state.reference, manifest.tensors, state.buffers, session, runs,
                     warmup, checks, lambda info: self.reporter.send("checked", **info), base,
-                    started,
+                    started, launch=launch,
+                    user_call=exported_call(artifact_dir) if launch == "eager" else None,
                 )
         except KernelFault as fault:
             return failed(fault.status, fault.message)

@@ -7,11 +7,12 @@ only (plus tsopt.core).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from tsopt.core.bundle import Baseline
 from tsopt.core.problem import Problem
-from tsopt.core.records import Measurement
+from tsopt.core.records import DEFAULT_LAUNCH, Measurement
 from tsopt.workers import watchdog
 from tsopt.workers.limits import Limits
 from tsopt.workers.measurer import MeasureError, Measurer, Probe
@@ -43,22 +44,23 @@ def probe_baseline(
 
 def _candidate_outcome(
     artifact_dir: Path, baseline_us: float, runs: int, warmup: int, checks: int,
-    gpu: int | None,
+    gpu: int | None, launch: str = DEFAULT_LAUNCH,
 ) -> ChildOutcome:
     argv = watchdog.runner_argv("measure", "--artifact", str(Path(artifact_dir).resolve()),
                                 "--runs", str(runs), "--warmup", str(warmup),
-                                "--checks", str(checks))
+                                "--checks", str(checks), "--launch", launch)
     limits = Limits.for_candidate(baseline_us, runs, warmup, checks)
     return watchdog.run_child(argv, limits, env=watchdog.child_env(gpu))
 
 
 def measure_candidate(
     artifact_dir: Path, genome_hash: str, problem_key: str, baseline_us: float, runs: int = 50,
-    warmup: int = 10, checks: int = 2, gpu: int | None = None,
+    warmup: int = 10, checks: int = 2, gpu: int | None = None, launch: str = DEFAULT_LAUNCH,
 ) -> Measurement:
     """Check and time one artifact in its own process; always returns a Measurement."""
-    outcome = _candidate_outcome(artifact_dir, baseline_us, runs, warmup, checks, gpu)
-    return outcome_to_measurement(outcome, genome_hash, problem_key)
+    outcome = _candidate_outcome(artifact_dir, baseline_us, runs, warmup, checks, gpu, launch)
+    measured: Measurement = outcome_to_measurement(outcome, genome_hash, problem_key)
+    return replace(measured, launch=launch)
 
 
 class ProcessMeasurer(Measurer):
@@ -78,6 +80,6 @@ class ProcessMeasurer(Measurer):
         probe = self.probe(problem)
         self.stats.processes += 1
         outcome = _candidate_outcome(artifact_dir, probe.baseline.median_us, self.runs,
-                                     self.warmup, self.checks, self.gpu)
+                                     self.warmup, self.checks, self.gpu, self.launch)
         self.last_pid = outcome.pid
         return outcome_to_measurement(outcome, genome_hash, problem.key)

@@ -20,7 +20,8 @@ Worker commands::
     {"cmd": "problem", "problem": {...}, "runs": R, "warmup": W}   free the last problem's
                                               buffers, allocate this one's, time the baseline
     {"cmd": "measure", "artifact": DIR, "genome_hash": H, "runs": R, "warmup": W, "checks": C,
-     "paired": true}                          (paired: time the vendor after the candidate)
+     "paired": true, "launch": "graph"}      (paired: time the vendor after the candidate;
+                                              launch: the mode both are timed in)
     {"cmd": "baseline"}                       time the baseline again on the same buffers
     (end of file)                             exit
 

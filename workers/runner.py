@@ -15,6 +15,7 @@ Command line::
     python -m tsopt.workers.runner --bundle DIR [--runs 50] [--warmup 10] [--limit N]
     python -m tsopt.workers.runner --artifact DIR [--artifact DIR ...] [--runs 50] [--gpu 0]
         [--isolation worker|process] [--max-candidates 200] [--baseline once|paired]
+        [--launch graph|eager|isolated]
     python -m tsopt.workers.runner --child measure|baseline|worker ...   (the watchdog's; internal)
 """
 
@@ -31,7 +32,7 @@ from pathlib import Path
 from tsopt.core.artifact import ArtifactError, ArtifactManifest
 from tsopt.core.errors import UserInputError
 from tsopt.core.problem import Problem
-from tsopt.core.records import Measurement
+from tsopt.core.records import DEFAULT_LAUNCH, LAUNCH_MODES, Measurement
 from tsopt.workers import device
 from tsopt.workers.bundle_measure import measure_bundle
 from tsopt.workers.candidate import MIN_RUNS, failure_report, measure_artifact, time_baseline
@@ -104,6 +105,7 @@ def _child_work(args: argparse.Namespace, reporter: Reporter) -> None:
     measured = measure_artifact(
         artifact, runs=args.runs, warmup=args.warmup, checks=args.checks,
         on_checked=lambda info: reporter.send("checked", **info),
+        launch=args.launch or DEFAULT_LAUNCH,
     )
     reporter.send("result", measurement=measured.to_dict())
 
@@ -158,6 +160,10 @@ def _parser() -> argparse.ArgumentParser:
                    "each candidate")
     p.add_argument("--rebaseline-every", type=int, default=REBASELINE_EVERY,
                    help="with --baseline once: time it again after this many candidates")
+    p.add_argument("--launch", choices=LAUNCH_MODES, default=None,
+                   help="the launch mode candidate and baseline are timed in: graph (one CUDA "
+                   "graph per side), eager (calls through the export's loader) or isolated "
+                   f"(the old spin-kernel mode); default: a bundle's own, else {DEFAULT_LAUNCH}")
     return p
 
 
@@ -179,12 +185,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     options = dict(isolation=args.isolation, max_candidates=args.max_candidates,
                    baseline=args.baseline, rebaseline_every=args.rebaseline_every)
+    if args.bundle is None:
+        options["launch"] = args.launch or DEFAULT_LAUNCH
     if args.bundle is not None:
         try:
             gpus = None if args.gpu is not None else parse_gpus(args.gpus)
             return measure_bundle(args.bundle, runs=args.runs, warmup=args.warmup,
                                   limit=args.limit, checks=args.checks, gpu=args.gpu, gpus=gpus,
-                                  **options)
+                                  launch=args.launch, **options)
         except UserInputError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

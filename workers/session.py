@@ -1,8 +1,17 @@
 """One process's GPU session: its stream, its buffers, and timing with CUDA events.
 
-Timing: rotate among the buffer sets, warm-up runs, then ``runs`` runs each bracketed by CUDA
-events on the session's stream; median, p10, p90 (:class:`Timing`). Candidate and vendor are
-timed the same way, so results are ratios. Torch and the standard library only.
+Three ways to time launches on the session's stream, one per launch mode
+(tsopt.core.records.LAUNCH_MODES; tsopt.workers.paired chooses):
+
+- :meth:`Session.time_launches` (``isolated``): each launch bracketed by CUDA events after a
+  spin kernel, so the events time the kernel and never the host;
+- :meth:`Session.capture` and :meth:`Session.time_replays` (``graph``): launches captured
+  back to back in one CUDA graph, each replay bracketed by events;
+- :meth:`Session.time_calls` (``eager``): a batch of calls between two events on an idle
+  stream, no spin kernel, so a launch-bound call shows its host cost.
+
+Candidate and vendor are timed the same way, so results are ratios. Torch and the standard
+library only.
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -49,6 +59,31 @@ class Timing:
                    len(ordered))
 
 
+class CaptureError(KernelFault):
+    """Launches that a CUDA graph cannot capture (a launch that synchronises, allocates or
+    fails under capture): recorded as the candidate's ``launch_error``, never a crash."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("launch_error", message)
+
+
+class CapturedLaunches:
+    """Launches captured in one CUDA graph: ``launches`` of them per :meth:`replay`."""
+
+    def __init__(self, graph: Any, launches: int) -> None:
+        self.graph: Any = graph  # a torch.cuda.CUDAGraph (a simulated device: its stand-in)
+        self.launches = launches
+
+    def replay(self) -> None:
+        assert self.graph is not None, "replayed after release"
+        self.graph.replay()
+
+    def release(self) -> None:
+        if self.graph is not None:
+            self.graph.reset()
+            self.graph = None
+
+
 def rotation(n_sets: int, warmup: int, runs: int) -> tuple[list[int], list[int]]:
     """The buffer set of each warm-up run and of each timed run: round robin over the sets."""
     order = [i % n_sets for i in range(warmup + runs)]
@@ -77,6 +112,11 @@ class Session:
             if code:
                 raise KernelFault(status_of_cuda_error(code),
                                   f"CUDA error {self.cuda.describe(code)} during {when}")
+
+    def clear_error(self) -> None:
+        """Forget the last (non-sticky) CUDA error, such as a capture that was invalidated."""
+        if self.cuda is not None:
+            self.cuda.last_error()
 
     def allocate(self, reference: OpReference, tensors: Sequence[TensorDesc]) -> Buffers:
         """As many buffer sets of ``tensors`` as the rotation wants and free memory allows."""
@@ -112,3 +152,57 @@ class Session:
             end.record(self.stream)
         self.synchronize(f"the timed runs of {what}")
         return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
+
+    def capture(self, launch: Callable[[BufferSet], None], sets: Sequence[BufferSet],
+                what: str) -> CapturedLaunches:
+        """One launch on each of ``sets`` in turn, back to back, captured in one CUDA graph on
+        the session's stream; :class:`CaptureError` when the launches cannot be captured."""
+        self.synchronize(f"the launches before capturing {what}")
+        try:
+            return self.record_graph(launch, sets)
+        except (KernelFault, RuntimeError) as exc:
+            # The fault inside the capture is the cause; torch's own error on ending an
+            # invalidated capture (raised from the context's exit) names only its symptom.
+            cause = exc.__context__ if isinstance(exc.__context__, KernelFault) else exc
+            text = cause.message if isinstance(cause, KernelFault) else (
+                str(cause).splitlines() or [type(cause).__name__])[0]
+            self.clear_error()
+            raise CaptureError(f"{what} cannot be captured in a CUDA graph: {text}") from None
+
+    def record_graph(self, launch: Callable[[BufferSet], None],
+                     sets: Sequence[BufferSet]) -> CapturedLaunches:
+        """The capture itself (the one step a simulated device replaces)."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=self.stream):
+            for bset in sets:
+                launch(bset)
+        return CapturedLaunches(graph, len(sets))
+
+    def time_replays(self, captured: CapturedLaunches, count: int, what: str) -> list[float]:
+        """``count`` replays of ``captured``, each bracketed by CUDA events; microseconds per
+        launch (a replay's time over the launches it holds)."""
+        event = torch.cuda.Event
+        starts = [event(enable_timing=True) for _ in range(count)]  # type: ignore[no-untyped-call]
+        ends = [event(enable_timing=True) for _ in range(count)]  # type: ignore[no-untyped-call]
+        for start, end in zip(starts, ends, strict=True):
+            start.record(self.stream)
+            captured.replay()
+            end.record(self.stream)
+        self.synchronize(f"the graph replays of {what}")
+        return [s.elapsed_time(e) * 1e3 / captured.launches
+                for s, e in zip(starts, ends, strict=True)]
+
+    def time_calls(self, call: Callable[[BufferSet], None], sets: Sequence[BufferSet],
+                   what: str) -> float:
+        """One call on each of ``sets`` in turn, back to back between two CUDA events on an
+        idle stream, no spin kernel: microseconds per call, host launch cost included where
+        the host is slower than the GPU."""
+        self.synchronize(f"the calls before timing {what}")
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record(self.stream)
+        for bset in sets:
+            call(bset)
+        end.record(self.stream)
+        self.synchronize(f"the eager calls of {what}")
+        return float(start.elapsed_time(end)) * 1e3 / len(sets)

@@ -30,7 +30,7 @@ from typing import Any
 
 from tsopt.core.bundle import Baseline
 from tsopt.core.problem import Problem
-from tsopt.core.records import Measurement
+from tsopt.core.records import DEFAULT_LAUNCH, Measurement
 from tsopt.workers import watchdog
 from tsopt.workers.limits import HEALTH_LIMIT_S, SETUP_LIMIT_S, STARTUP_LIMIT_S, Limits
 from tsopt.workers.measurer import MeasureError, Measurer, Probe
@@ -58,8 +58,8 @@ class WorkerMeasurer(Measurer):
     def __init__(self, runs: int = 50, warmup: int = 10, checks: int = 2,
                  gpu: int | None = None, *, max_candidates: int = WORKER_MAX_CANDIDATES,
                  baseline: str = "once", rebaseline_every: int = REBASELINE_EVERY,
-                 log: Callable[[str], None] | None = None) -> None:
-        super().__init__(runs, warmup, checks, gpu, log)
+                 log: Callable[[str], None] | None = None, launch: str = DEFAULT_LAUNCH) -> None:
+        super().__init__(runs, warmup, checks, gpu, log, launch)
         if max_candidates < 1 or rebaseline_every < 1:
             raise ValueError(f"max_candidates={max_candidates} and rebaseline_every="
                              f"{rebaseline_every} must be at least 1")
@@ -198,7 +198,7 @@ class WorkerMeasurer(Measurer):
                                       self.warmup, self.checks)
         command = {"cmd": "measure", "artifact": str(artifact_dir.resolve()),
                    "genome_hash": genome_hash, "runs": self.runs, "warmup": self.warmup,
-                   "checks": self.checks, "paired": self.paired}
+                   "checks": self.checks, "paired": self.paired, "launch": self.launch}
         outcome = worker.request(command, "check",
                                  {"check": limits.check_s, "timing": limits.timing_s},
                                  {"checked": "timing"}, ("result",))

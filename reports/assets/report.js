@@ -304,7 +304,8 @@
 
   function factsSection(st) {
     var facts = [["space", st.space], ["problem", st.problem], ["arch", st.arch],
-                 ["sampler", st.sampler], ["library", st.library], ["status", st.status], ["created", st.created_at],
+                 ["sampler", st.sampler], ["library", st.library], ["launch mode", st.launch_text],
+                 ["status", st.status], ["created", st.created_at],
                  ["updated", st.updated_at]];
     return h("dl", {"class": "facts"}, facts.map(function (f) {
       return h("div", null, [h("dt", {text: f[0]}), h("dd", {text: f[1]})]);
@@ -547,6 +548,7 @@
         metric("arch", function (st) { return st.arch; }),
         metric("sampler", function (st) { return st.sampler; }),
         metric("library", function (st) { return st.library; }),
+        metric("launch mode", function (st) { return st.launch; }),
         metric("proposed", funnel("proposed")),
         metric("valid", funnel("tsopt_checked")),
         metric("timed", funnel("timed")),

@@ -187,6 +187,7 @@ def _record(
     info = store.create_or_get_study(
         manifest.study, manifest.space, manifest.problem, manifest.arch, sampler="bundle",
         config={"created_by": "tsopt ingest", "bundle_id": manifest.bundle_id},
+        launch=manifest.launch,  # a study measured in another mode refuses the bundle
     )
     report.created_study = not existed
     if not existed:

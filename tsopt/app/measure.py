@@ -60,7 +60,8 @@ class ConsoleView(BundleView):
 
     def plan(self, bundle: Path, manifest: BundleManifest, selected: int, pending: int) -> None:
         self.console.print(
-            f"bundle {bundle} ({manifest.study}, {manifest.problem}, {manifest.arch}): "
+            f"bundle {bundle} ({manifest.study}, {manifest.problem}, {manifest.arch}, "
+            f"launch mode {manifest.launch}): "
             f"{len(manifest.candidates)} candidates, {selected - pending} of the "
             f"{selected} selected already measured", highlight=False,
         )
@@ -138,10 +139,12 @@ def measure_bundle(
     console: Console | None = None, checks: int = 2, gpu: int | None = None, *,
     isolation: str = "worker", max_candidates: int = WORKER_MAX_CANDIDATES,
     baseline: str = "once", rebaseline_every: int = REBASELINE_EVERY, gpus: int | None = None,
+    launch: str | None = None,
 ) -> int:
     """``tsopt measure``: measure a bundle on ``console``; returns the exit code.
 
     ``gpus``: one measuring worker on each of that many GPUs (None: all this process sees).
+    ``launch``: the launch mode, which must be the bundle's (None: the bundle's).
 
     0 when every selected candidate has a result, 1 when this machine cannot measure; bad
     options or a bad manifest / results file raise UserInputError (see
@@ -151,4 +154,5 @@ def measure_bundle(
         bundle, runs=runs, warmup=warmup, limit=limit, checks=checks, gpu=gpu,
         isolation=isolation, max_candidates=max_candidates, baseline=baseline,
         rebaseline_every=rebaseline_every, view=ConsoleView(console or Console()), gpus=gpus,
+        launch=launch,
     )

@@ -60,6 +60,11 @@ LIBRARY_EXCLUDE_SELF_HELP = (
     "study records its library mode (on, off, exclude-self); the summary and report show it.")
 DETERMINISTIC_HELP = ("Only schedules whose output is bit-identical run after run (no atomic "
                       "reductions); refused up front if the space has none for the problem.")
+LAUNCH_HELP = ("How candidates and the vendor baseline are launched while timed, paired: graph "
+               "(default for a new study: back-to-back launches in one CUDA graph per side, GPU "
+               "time as a serving stack replaying graphs sees it) or eager (back-to-back calls "
+               "through the export's loader: GPU plus launch cost, what eager PyTorch sees). "
+               "Default: a resumed study's own mode.")
 KNOB_HELP = ("Restrict a knob to some of its choices, e.g. --knob stages=2,4 (repeatable; one "
              "value fixes it). Makes --sampler grid possible on a big space.")
 
@@ -89,6 +94,7 @@ TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
                                                 help=LIBRARY_EXCLUDE_SELF_HELP)),
     ("seed", int, typer.Option(0, help="Sampler seed.")),
     ("deterministic", bool, typer.Option(False, "--deterministic", help=DETERMINISTIC_HELP)),
+    ("launch", str | None, typer.Option(None, help=LAUNCH_HELP, show_default=False)),
 )
 
 
@@ -143,7 +149,7 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
                 library_exclude_self=options["library_exclude_self"],
                 knobs=tuple(options["knob"] or ()),
                 pool=options["pool"], gpus=parse_gpus(options["gpus"]),
-                deterministic=options["deterministic"],
+                deterministic=options["deterministic"], launch=options["launch"],
             )
             code = run_tune(request, console)
         raise typer.Exit(code)

@@ -10,10 +10,15 @@ Layout::
 
     {"format": "tsopt-bundle", "version": 2, "bundle_id": "<uuid>", "study": ..., "space": ...,
      "problem": {"op": ..., "dtype": ..., sizes...}, "arch": "sm_90a", "created_at": "<ISO>",
+     "launch": "graph" (the study's launch mode; absent: "isolated", a bundle made before the
+                        modes, whose study was measured so),
      "candidates": [{"genome_hash": ..., "artifact": "artifacts/<hash>", "genome": {...},
                      "files": {"libkernel.so": "<sha256>", "artifact.json": ..., ...},
                      "origin": "enumerate" (optional: how the candidate was proposed)}],
      "sha256": "<sha256 of the rest of the document>"}
+
+The GPU machine measures a bundle in its launch mode (tsopt.core.records.LAUNCH_MODES), and
+every measurement in its results must carry that mode.
 
 ``results.json``::
 
@@ -69,7 +74,7 @@ from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome, GenomeError
 from tsopt.core.names import check_study_name
 from tsopt.core.problem import Problem, ProblemError
-from tsopt.core.records import Measurement
+from tsopt.core.records import DEFAULT_LAUNCH, LAUNCH_MODES, Measurement
 
 BUNDLE_FORMAT = "tsopt-bundle"
 RESULTS_FORMAT = "tsopt-bundle-results"
@@ -81,7 +86,7 @@ ARTIFACTS_DIR = "artifacts"
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 _MANIFEST_KEYS = {
     "format", "version", "bundle_id", "study", "space", "problem", "arch", "created_at",
-    "candidates", "sha256",
+    "candidates", "sha256", "launch",
 }
 _CANDIDATE_KEYS = {"genome_hash", "artifact", "genome", "origin", "files"}
 CHECKSUM_KEY = "sha256"
@@ -215,12 +220,13 @@ class BundleManifest:
     arch: str
     created_at: str
     candidates: tuple[BundleCandidate, ...]
+    launch: str = DEFAULT_LAUNCH  # the study's (absent from a manifest: "isolated", before modes)
 
     def to_dict(self) -> dict[str, Any]:
         return with_checksum({
             "format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "bundle_id": self.bundle_id,
             "study": self.study, "space": self.space, "problem": self.problem.to_dict(),
-            "arch": self.arch, "created_at": self.created_at,
+            "arch": self.arch, "created_at": self.created_at, "launch": self.launch,
             "candidates": [c.to_dict() for c in self.candidates],
         })
 
@@ -421,8 +427,13 @@ def manifest_from_dict(doc: Any, where: str = MANIFEST_NAME) -> BundleManifest:
         if c.genome_hash in seen:
             raise BundleError(f"{where}: candidate {c.genome_hash[:12]}... is listed twice")
         seen.add(c.genome_hash)
+    launch = doc.get("launch", "isolated")
+    if launch not in LAUNCH_MODES:
+        raise BundleError(f"{where}: launch {launch!r} is not a launch mode "
+                          f"({', '.join(LAUNCH_MODES)})")
     _check_checksum(doc, where)
-    return BundleManifest(bundle_id, study, space, problem, arch, created_at, candidates)
+    return BundleManifest(bundle_id, study, space, problem, arch, created_at, candidates,
+                          launch)
 
 
 def check_files(path: Path, files: Iterable[tuple[str, str]]) -> None:
@@ -563,6 +574,10 @@ def results_from_dict(
                     f"{where}: measurements[{i}] is for problem {m.problem_key!r}, the manifest "
                     f"for {manifest.problem.key!r}: mismatched results"
                 )
+            if m.launch != manifest.launch:
+                raise BundleError(
+                    f"{where}: measurements[{i}] ({m.genome_hash[:12]}...) was timed in launch "
+                    f"mode {m.launch!r}; the bundle's study measures in {manifest.launch!r}")
             listed = dict(manifest.candidate(m.genome_hash).files)  # type: ignore[union-attr]
             measured = files.get(m.genome_hash)
             if measured is None:
@@ -691,22 +706,27 @@ def bundle_lock(directory: Path) -> Iterator[None]:
 def write_bundle(
     directory: Path, *, study: str, space: str, problem: Problem, arch: str,
     candidates: Iterable[BundleEntry | tuple[Genome, Path]], append: bool = False,
+    launch: str = DEFAULT_LAUNCH,
 ) -> BundleManifest:
     """Create a bundle (or, with ``append``, add candidates to one): copy artifacts, write manifest.
 
-    Each artifact must have been built for its genome, ``problem`` and ``arch``. Raises
+    Each artifact must have been built for its genome, ``problem`` and ``arch``; ``launch`` is
+    the study's launch mode, in which the GPU machine measures it. Raises
     :class:`BundleError` when the directory already holds a bundle (without ``append``), when
-    an appended bundle is for another study/space/problem/arch, or an artifact mismatches.
+    an appended bundle is for another study/space/problem/arch/launch mode, or an artifact
+    mismatches.
     """
     directory = Path(directory)
     check_study_name(study, "study")
+    if launch not in LAUNCH_MODES:
+        raise BundleError(f"launch {launch!r} is not a launch mode ({', '.join(LAUNCH_MODES)})")
     with bundle_lock(directory):
-        return _write_bundle(directory, study, space, problem, arch, candidates, append)
+        return _write_bundle(directory, study, space, problem, arch, candidates, append, launch)
 
 
 def _write_bundle(
     directory: Path, study: str, space: str, problem: Problem, arch: str,
-    candidates: Iterable[BundleEntry | tuple[Genome, Path]], append: bool,
+    candidates: Iterable[BundleEntry | tuple[Genome, Path]], append: bool, launch: str,
 ) -> BundleManifest:
     existing: BundleManifest | None = None
     if (directory / MANIFEST_NAME).exists():
@@ -716,15 +736,16 @@ def _write_bundle(
                 "another directory"
             )
         existing = read_manifest(directory, check_artifacts=False)
-        mine = (study, space, problem.key, arch)
-        theirs = (existing.study, existing.space, existing.problem.key, existing.arch)
+        mine = (study, space, problem.key, arch, launch)
+        theirs = (existing.study, existing.space, existing.problem.key, existing.arch,
+                  existing.launch)
         if mine != theirs:
             raise BundleError(
                 f"{directory} is a bundle of {'/'.join(theirs)}, cannot append {'/'.join(mine)}"
             )
     manifest = existing or BundleManifest(
         bundle_id=str(uuid.uuid4()), study=study, space=space, problem=problem, arch=arch,
-        created_at=utc_now(), candidates=(),
+        created_at=utc_now(), candidates=(), launch=launch,
     )
     (directory / ARTIFACTS_DIR).mkdir(parents=True, exist_ok=True)
     listed: dict[str, BundleCandidate] = {c.genome_hash: c for c in manifest.candidates}
@@ -740,7 +761,7 @@ def _write_bundle(
         listed[genome.hash] = BundleCandidate(genome.hash, artifact, genome, entry.origin, files)
     manifest = BundleManifest(
         manifest.bundle_id, study, space, problem, arch, manifest.created_at,
-        tuple(listed.values()),
+        tuple(listed.values()), launch,
     )
     atomic_write_json(directory / MANIFEST_NAME, manifest.to_dict())
     return manifest

@@ -148,6 +148,22 @@ class BuildResult:
         return _from_dict(cls, doc)
 
 
+LAUNCH_MODES: tuple[str, ...] = ("graph", "eager", "isolated")
+CHOOSABLE_LAUNCH_MODES: tuple[str, ...] = ("graph", "eager")
+DEFAULT_LAUNCH = "graph"
+"""How candidate and baseline are launched while they are timed (tsopt.workers.paired):
+
+- ``graph``: back-to-back launches over the rotated buffers captured in one CUDA graph per
+  side, replays timed by CUDA events: GPU time as a serving stack that replays graphs sees it.
+  The default: a kernel tuner's choice should not hinge on the host's launch cost, which the
+  kernel does not set, and decode serving runs in graphs.
+- ``eager``: batches of back-to-back calls through the export's loader (the baseline: the torch
+  call) between two events, no spin kernel: GPU plus launch cost, what eager PyTorch sees.
+- ``isolated``: each launch between CUDA events after a spin kernel that hides the host. No
+  user launches that way; it is what every measurement made before the modes existed was, so
+  that old records read as what they are and a study made then resumes as it was measured.
+"""
+
 MeasureStatus = Literal["ok", "wrong", "hang", "crash", "launch_error", "timeout"]
 MEASURE_STATUSES: tuple[str, ...] = ("ok", "wrong", "hang", "crash", "launch_error", "timeout")
 
@@ -164,6 +180,10 @@ class Measurement:
     A paired measurement (the candidate and the baseline alternating in rounds) also carries
     ``ratio_lo``/``ratio_hi`` (the 95 % interval of the median ratio over ``rounds`` rounds)
     and ``conditions``: the GPU's clocks, power and throttle reasons while it ran.
+
+    ``launch`` is the launch mode both were timed in (:data:`LAUNCH_MODES`); a stored record
+    without one (:meth:`from_dict`, a database row before revision 0006) predates the modes
+    and reads as ``isolated``, which is how it was timed.
     """
 
     genome_hash: str
@@ -190,6 +210,7 @@ class Measurement:
     ratio_hi: float | None = None
     rounds: int = 0
     conditions: dict[str, Any] = field(default_factory=dict)
+    launch: str = DEFAULT_LAUNCH  # one of LAUNCH_MODES (from_dict checks)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -202,7 +223,12 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, doc: Any) -> Measurement:
+        if isinstance(doc, dict) and "launch" not in doc:
+            doc = {**doc, "launch": "isolated"}  # written before the launch modes
         measurement = _from_dict(cls, doc)
         if measurement.status not in MEASURE_STATUSES:
             raise ValueError(f"unknown measurement status {measurement.status!r}")
+        if measurement.launch not in LAUNCH_MODES:
+            raise ValueError(f"unknown launch mode {measurement.launch!r}; known: "
+                             f"{', '.join(LAUNCH_MODES)}")
         return measurement

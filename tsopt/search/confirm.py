@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tsopt.core.records import DEFAULT_LAUNCH
 from tsopt.core.standing import Standing, rank, unseparated
 from tsopt.search.pools.protocol import MeasureRequest
 
@@ -67,8 +68,8 @@ class Winner:
 
 
 def confirmation_requests(ranked: list[RankedCandidate], problem: dict[str, object],
-                          passes: int = 2,
-                          gpu: int | None = None) -> list[tuple[Remeasure, MeasureRequest]]:
+                          passes: int = 2, gpu: int | None = None,
+                          launch: str = DEFAULT_LAUNCH) -> list[tuple[Remeasure, MeasureRequest]]:
     """The final round's measurements, in order: ``1..k``, then ``k..1``, ... for ``passes``
     passes; candidates whose artifact is not on this machine are left out. ``gpu`` pins the
     whole round to one of the pool's GPUs: a round compares its candidates with each other,
@@ -81,7 +82,7 @@ def confirmation_requests(ranked: list[RankedCandidate], problem: dict[str, obje
             assert r.build is not None and r.build.artifact_dir
             order.append((Remeasure(r.candidate_id, r.genome_hash, f"confirm{number}"),
                           MeasureRequest(r.build.artifact_dir, r.genome_hash, dict(problem),
-                                         gpu=gpu)))
+                                         gpu=gpu, launch=launch)))
     return order
 
 

@@ -88,6 +88,10 @@ if TYPE_CHECKING:
 POLL_S = 0.2
 EXIT_INTERRUPTED = 130
 RUN_ATTR = "tsopt_run"  # the user attribute of a trial naming the run that works on it
+LAUNCH_WORDS = {"graph": "back-to-back launches in one CUDA graph per side",
+                "eager": "calls through the export's loader, host launch cost included",
+                "isolated": "each launch alone after a spin kernel: a study made before the "
+                            "launch modes"}
 DETERMINISTIC_RULE = "tsopt.deterministic"  # a valid proposal a --deterministic run declines
 FOREIGN_POLL_S = 0.5  # how often a run looks for the outcome of a candidate another run holds
 
@@ -248,7 +252,9 @@ class Driver:
             {"trials": request.trials, "time_budget_s": request.time_budget_s,
              "seed": request.seed, "knobs": list(request.knobs),
              "library": request.library_mode},
+            launch=request.launch,
         )
+        self.launch = info.launch  # every measurement of the study is timed in its mode
         self.study = open_study(self.store, self.name,
                                 optuna.samplers.RandomSampler(seed=request.seed))
         trials = self.study.get_trials(deepcopy=False)
@@ -262,6 +268,8 @@ class Driver:
             when = f"{info.killed_at:%Y-%m-%d %H:%M:%S %Z}" if info.killed_at else "an unknown time"
             self.console.print(f"study {self.name} was killed (its last run was last heard of "
                                f"at {when}): resuming it", highlight=False)
+        self.console.print(f"study {self.name}: timed in launch mode {self.launch} "
+                           f"({LAUNCH_WORDS[self.launch]})", highlight=False)
         others = self.store.start_run(self.name, self.run_id)
         shipped = seed_store(self.store, space)
         if shipped:
@@ -885,7 +893,8 @@ class Driver:
             return
         if self.measure_pool is not None:
             self.measure_pool.submit(job, MeasureRequest(job.build.artifact_dir, job.genome.hash,
-                                                         self.request.problem.to_dict()))
+                                                         self.request.problem.to_dict(),
+                                                         launch=self.launch))
         else:
             self.to_bundle.append(job)
 
@@ -900,6 +909,7 @@ class Driver:
         write_bundle(
             self.bundle_dir, study=self.name, space=self.space.name, problem=request.problem,
             arch=request.arch, append=True,  # other runs of the study may write it too
+            launch=self.launch,
             candidates=[BundleEntry(j.genome, Path(j.build.artifact_dir or ""), j.origin)
                         for j in jobs if j.build is not None],
         )
@@ -996,7 +1006,7 @@ class Driver:
                 self.rechecks += 1
                 self.measure_pool.submit(
                     Remeasure(candidate_id, genome_hash, f"recheck{self.rechecks}"),
-                    MeasureRequest(artifact, genome_hash, problem, gpu=gpu))
+                    MeasureRequest(artifact, genome_hash, problem, gpu=gpu, launch=self.launch))
 
     def _remeasured(self, tag: Remeasure, done: MeasureDone) -> None:
         measured = done.result.measurement
@@ -1011,7 +1021,8 @@ class Driver:
         if self.measure_pool is None or self.interrupted:
             return
         ranked = self.store.ranked(self.name, limit=CONFIRM_TOP_K)
-        order = confirmation_requests(ranked, self.request.problem.to_dict(), gpu=0)
+        order = confirmation_requests(ranked, self.request.problem.to_dict(), gpu=0,
+                                      launch=self.launch)
         if len(ranked) < 2 or not order:
             return
         self.console.print(f"confirming the top {len(ranked)}: each measured again, twice, in "

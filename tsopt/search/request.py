@@ -11,6 +11,7 @@ from tsopt.core.devices import check_fits
 from tsopt.core.errors import UserInputError
 from tsopt.core.names import check_study_name
 from tsopt.core.problem import Problem, ProblemError
+from tsopt.core.records import CHOOSABLE_LAUNCH_MODES
 from tsopt.search.samplers import SAMPLERS
 
 POOLS = ("ray", "processes")  # what `--workers N` verifies and builds on
@@ -69,6 +70,9 @@ class TuneRequest:
     pool: str = "ray"  # ray | processes: what --workers N runs on
     gpus: int | None = None  # GPUs measuring, one worker each (None: every one visible)
     deterministic: bool = False  # only genomes whose output is bit-identical run after run
+    # The launch mode measurements are timed in (tsopt.core.records.LAUNCH_MODES); None: a
+    # resumed study's own, DEFAULT_LAUNCH ("graph") for a new one.
+    launch: str | None = None
 
     @property
     def library_mode(self) -> str:
@@ -122,6 +126,11 @@ class TuneRequest:
             raise UserInputError(f"measure mode {self.measure!r} is not auto, never or always")
         if self.gpus is not None and self.gpus < 1:
             raise UserInputError(f"--gpus {self.gpus} must be at least 1 (or all)")
+        if self.launch is not None and self.launch not in CHOOSABLE_LAUNCH_MODES:
+            raise UserInputError(
+                f"--launch {self.launch!r} is not one of {', '.join(CHOOSABLE_LAUNCH_MODES)}"
+                + (" (a study made before the launch modes resumes in its own isolated mode "
+                   "when --launch is not given)" if self.launch == "isolated" else ""))
         if self.pool not in POOLS:
             raise UserInputError(f"--pool {self.pool!r} is not one of {', '.join(POOLS)}")
         if self.pool == "processes" and self.workers < 1:

@@ -45,9 +45,11 @@ class GpuMeasurer:
         start = time.monotonic()
         problem = Problem.from_dict(request.problem)
         try:
+            if self.measurer is not None and self.measurer.launch != request.launch:
+                self.close()  # another study's mode: its measurer's workers time another way
             if self.measurer is None:
                 self.measurer = open_measurer(self.isolation, self.runs, self.warmup,
-                                              self.checks, self.gpu)
+                                              self.checks, self.gpu, launch=request.launch)
                 self.measurer.gpu_label = self.label
             measured = self.measurer.measure(Path(request.artifact_dir), request.genome_hash,
                                              problem)

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from tsopt.core.bundle import Baseline
-from tsopt.core.records import Measurement
+from tsopt.core.records import DEFAULT_LAUNCH, Measurement
 from tsopt.search.pipeline import EvaluateRequest, Evaluation
 
 
@@ -42,12 +42,14 @@ class MeasureRequest:
     ``gpu`` pins it to one of the pool's GPU workers (the ``worker`` of a
     :class:`MeasureDone`): measurements compared with each other (a contender and the
     incumbent, a confirmation round) are taken on the same GPU. None: whichever is free.
+    ``launch``: the launch mode candidate and baseline are timed in (the study's).
     """
 
     artifact_dir: str
     genome_hash: str
     problem: dict[str, Any]
     gpu: int | None = None
+    launch: str = DEFAULT_LAUNCH
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -220,7 +220,8 @@ class RayMeasurePool(MeasureQueue):
                 why = f"measuring actor died twice (retried once): {failure_text(exc)}"
                 problem_key = Problem.from_dict(request.problem).key
                 result = MeasureResult(Measurement(request.genome_hash, problem_key, "crash",
-                                                   error=why, conditions={"gpu": index}))
+                                                   error=why, conditions={"gpu": index},
+                                                   launch=request.launch))
             if result.unusable is not None and self._lose(index):
                 # This actor's GPU cannot measure; the others can: its request waits for them.
                 self.notes.append(f"measuring actor {index} stopped: {result.unusable}")
