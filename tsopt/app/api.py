@@ -82,7 +82,7 @@ def _seconds(time: str | float | None) -> float | None:
 # The TuneRequest fields tune() passes through as they are (the others it builds itself).
 _PASSED = ("sampler", "arch", "study", "bundle_dir", "workers", "seed", "cache_dir", "measure",
            "ray_address", "patience", "warm_start", "knobs", "pool", "library",
-           "library_exclude_self", "gpus", "deterministic")
+           "library_exclude_self", "gpus", "deterministic", "device")
 
 
 def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | None = None,
@@ -96,7 +96,8 @@ def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | N
     always), ``ray_address``, ``patience``, ``warm_start``, ``knobs`` (``["stages=2,4"]``),
     ``pool``, ``library`` (start from the seed library), ``library_exclude_self``
     (leave-one-shape-out: without the problem's own entries), ``gpus`` (GPUs measuring; None: every
-    one), ``deterministic``. ``progress`` shows the live view on the terminal."""
+    one), ``deterministic``, ``device`` (the GPU profile builds are for: ``"H100_PCIE"``).
+    ``progress`` shows the live view on the terminal."""
     from tsopt.db.store import Store
     from tsopt.search.driver import Driver
     from tsopt.search.request import TuneRequest
@@ -118,7 +119,7 @@ def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | N
     driver = Driver(request, console)
     code = driver.run()
     stats = driver.stats
-    name = request.study_name()
+    name = driver.name  # the device profile the run chose may have named it
     with Store(db) as store:
         funnel = tuple(store.funnel(name).items())
         ranked = store.ranked(name, limit=1)

@@ -18,6 +18,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from tsopt.core.devices import PROFILES
 from tsopt.core.errors import UserInputError
 from tsopt.core.problem import OP_SPECS, Problem
 from tsopt.core.registry import SPACES, SpaceEntry
@@ -63,6 +64,11 @@ DETERMINISTIC_HELP = ("Only schedules whose output is bit-identical run after ru
 KNOB_HELP = ("Restrict a knob to some of its choices, e.g. --knob stages=2,4 (repeatable; one "
              "value fixes it). Makes --sampler grid possible on a big space.")
 
+DEVICE_HELP = ("GPU the kernels are built for (its SM count sets persistent grids, stream-K "
+               "and the cost model's waves): " + ", ".join(PROFILES) + ", or ID-NSM for a "
+               "part of N SMs (a MIG slice). Default: the GPU that measures here, else the "
+               "arch's default (H200_SXM for sm_90a).")
+
 # (parameter name, annotation, typer option) for every option all tune commands share.
 TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("trials", int | None, typer.Option(None, help=TRIALS_HELP, show_default=False)),
@@ -74,6 +80,7 @@ TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("sampler", str, typer.Option("evolve", help=SAMPLER_HELP)),
     ("knob", list[str] | None, typer.Option(None, "--knob", help=KNOB_HELP)),
     ("arch", str, typer.Option("sm_90a", help="Target architecture.")),
+    ("device", str | None, typer.Option(None, help=DEVICE_HELP, show_default=False)),
     ("study", str | None, typer.Option(None, help="Study name (default: derived from the "
                                                   "problem).")),
     ("db", str, typer.Option(DEFAULT_DB, help=DB_HELP)),
@@ -143,7 +150,7 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
                 library_exclude_self=options["library_exclude_self"],
                 knobs=tuple(options["knob"] or ()),
                 pool=options["pool"], gpus=parse_gpus(options["gpus"]),
-                deterministic=options["deterministic"],
+                deterministic=options["deterministic"], device=options["device"],
             )
             code = run_tune(request, console)
         raise typer.Exit(code)
