@@ -182,3 +182,68 @@ def test_tune_refuses_an_unknown_device_with_exit_2(tmp_path) -> None:
     lines = [line for line in (done.stderr + done.stdout).splitlines() if "H300" in line]
     assert len(lines) == 1 and "H100_PCIE" in lines[0], done.stderr + done.stdout
     assert not (tmp_path / "t.db").exists()  # refused before anything was recorded
+
+
+SK_WHOLE_WAVE_ON_PCIE = Problem.of("gemm", "bf16", m=128, n=64 * 114, k=4096)
+"""Swapped, 114 tiles of 64x128: one whole wave on an H100 PCIe, 0.86 of one on an H200."""
+
+
+def test_a_verdict_is_for_the_target_gpu(space) -> None:
+    from tsopt.verify.verifier import VerdictCache, judged_key, verify_genome
+
+    g = space.genome(**STREAM_K)
+    verdicts, keys = {}, {}
+    for profile in (H200, PCIE):
+        judged = get_space("gemm")
+        judged.device = profile
+        verdicts[profile.id] = verify_genome(g, SK_WHOLE_WAVE_ON_PCIE, space=judged,
+                                             cache=VerdictCache())
+        keys[profile.id] = judged_key(judged, g, SK_WHOLE_WAVE_ON_PCIE)
+    assert verdicts["H200_SXM"].valid, verdicts["H200_SXM"].summary()
+    refused = verdicts["H100_PCIE"]
+    assert not refused.valid and refused.rule == "tsopt.stream_k"
+    assert "1 whole wave(s) of 114 CTAs: nothing to balance" in refused.message
+    # Whole verdicts are memoised (and shared through the database) per SM count.
+    assert keys["H200_SXM"].arch == "sm_90a" and keys["H100_PCIE"].arch == "sm_90a/114SM"
+
+
+def _tune(tmp_path: Path, **fields):
+    import io
+
+    from rich.console import Console
+
+    from tsopt.search.driver import Driver
+    from tsopt.search.request import TuneRequest
+
+    out = io.StringIO()
+    request = TuneRequest(
+        space="copy", problem=Problem.of("copy", "fp16", rows=256, cols=512), trials=1,
+        sampler="random", db_url=f"sqlite:///{tmp_path}/tune.db", cache_dir=tmp_path / "art",
+        bundle_dir=tmp_path / "bundles" / str(fields.get("study")), measure="never",
+        warm_start=False, library=False, **fields)
+    driver = Driver(request, Console(file=out, width=300))
+    return driver, driver.run(), out.getvalue()
+
+
+@pytest.mark.slow
+def test_a_study_records_its_profile_and_a_resume_for_another_gpu_is_refused(tmp_path) -> None:
+    from tsopt.db.store import Store
+
+    driver, code, text = _tune(tmp_path, study="one")
+    assert code == 0, text
+    assert "device: H200_SXM (NVIDIA H200 SXM, 132 SMs): the sm_90a default, as no GPU measures" in text
+    assert "built for H200_SXM" in text.split("device:")[-1]  # said again in the summary
+    with Store(f"sqlite:///{tmp_path}/tune.db") as store:
+        info = store.get_study("one")
+        assert info is not None and info.config["device"] == {"id": "H200_SXM", "sm_count": 132}
+        built = [c.build for c in store.candidates("one") if c.build is not None and c.build.ok]
+    assert built
+    manifest = json.loads((Path(built[0].artifact_dir) / "artifact.json").read_text())
+    assert manifest["device"]["id"] == "H200_SXM" and manifest["device"]["sm_count"] == 132
+    with pytest.raises(UserInputError, match=r"was built for H200_SXM \(132 SMs\); this run "
+                                             r"targets H100_PCIE"):
+        _tune(tmp_path, study="one", device="H100_PCIE")
+    # Without --study, another GPU's run is another study.
+    driver, code, text = _tune(tmp_path, device="H100_PCIE")
+    assert code == 0 and driver.name.endswith("-sm_90a-H100_PCIE"), text
+    assert "device: H100_PCIE (NVIDIA H100 PCIe, 114 SMs): chosen with --device" in text
