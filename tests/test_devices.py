@@ -247,3 +247,18 @@ def test_a_study_records_its_profile_and_a_resume_for_another_gpu_is_refused(tmp
     driver, code, text = _tune(tmp_path, device="H100_PCIE")
     assert code == 0 and driver.name.endswith("-sm_90a-H100_PCIE"), text
     assert "device: H100_PCIE (NVIDIA H100 PCIe, 114 SMs): chosen with --device" in text
+
+
+def test_the_measuring_side_refuses_it_before_opening_the_library(monkeypatch, tmp_path) -> None:
+    import torch
+
+    from tsopt.core.artifact import ArtifactManifest
+    from tsopt.workers import device as measuring_device
+
+    loader = _loader(monkeypatch, 114)  # a simulated H100 PCIe
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    built = _artifact(tmp_path / "k132", 132, "H200_SXM")
+    with pytest.raises(loader.KernelLoadError, match=r"built for 132 SMs \(H200_SXM\) but GPU 0 "
+                                                     r"\(simulated GPU\) has 114 SMs"):
+        measuring_device.open_library(built, ArtifactManifest.read(built))

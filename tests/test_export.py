@@ -91,7 +91,9 @@ def test_export_writes_a_complete_directory(store_with_winner: tuple[Store, Path
         "sizes": [["rows", 4096], ["cols", 4096]], "dir": ".", "study": STUDY, "rank": 1,
         "genome_hash": manifest["genome_hash"],
         "median_us": manifest["measured"]["median_us"], "ratio": manifest["measured"]["ratio"],
-        "baseline_name": manifest["measured"]["baseline_name"], "device": "NVIDIA H200"}]
+        "baseline_name": manifest["measured"]["baseline_name"], "device": "NVIDIA H200",
+        # A study recorded before device profiles was built for the arch's default.
+        "built_for": {"id": "H200_SXM", "sm_count": 132}}]
     source = (out / "kernel.py").read_text()
     assert "import tsopt" not in source and "from search_spaces" not in source
     assert "def store_body(res, domain):" in source

@@ -31,10 +31,10 @@ ensure_arch()  # the kernel module imports the DSL, which reads its target arch 
 
 # Re-exported for the space's modules: the kernel owns its sizes and configuration.
 from tsopt.search_spaces.gemm.kernel import (  # noqa: E402, F401
+    DEFAULT_SM_COUNT,
     ELEMENT_BYTES,
     EPI_COLS,
     PRIMARY_OP,
-    DEFAULT_SM_COUNT,
     WARPGROUP,
     GemmConfig,
     Placement,

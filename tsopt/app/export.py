@@ -48,7 +48,7 @@ from tsopt.app.export_target import (
     protected_paths,
     staging_dir,
 )
-from tsopt.core.devices import DeviceProfile, resolve_profile
+from tsopt.core.devices import DeviceProfile, recorded_profile
 from tsopt.core.errors import UserInputError
 
 if TYPE_CHECKING:
@@ -155,8 +155,7 @@ def _choose(store: Store, study: str, rank: int) -> tuple[StudyInfo, RankedCandi
 def study_device(info: StudyInfo) -> DeviceProfile:
     """The device profile a study built for (its config's ``device``); a study recorded before
     profiles existed was built for its arch's default."""
-    recorded = info.config.get("device") or {}
-    return resolve_profile(str(recorded.get("id") or "") or None, info.arch)
+    return recorded_profile(info.config, info.arch)
 
 
 def _artifact_dir(space: Any, candidate: CandidateInfo, info: StudyInfo) -> Path:

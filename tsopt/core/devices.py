@@ -172,6 +172,14 @@ def resolve_profile(device: str | DeviceProfile | None, arch: str) -> DeviceProf
     return get_profile(device, arch) if device else default_profile(arch)
 
 
+def recorded_profile(config: dict[str, Any], arch: str) -> DeviceProfile:
+    """The profile a study's config records (``{"device": {"id": ...}}``); a study recorded
+    before profiles existed was built for its arch's default."""
+    recorded = config.get("device") if isinstance(config, dict) else None
+    name = recorded.get("id") if isinstance(recorded, dict) else None
+    return resolve_profile(str(name) if name else None, arch)
+
+
 def profile_for_gpu(device_name: str, sm_count: int, arch: str) -> DeviceProfile:
     """The profile of the GPU torch names ``device_name`` with ``sm_count`` multiprocessors:
     the known part of that name and SM count (the longest name that matches wins: ``H100

@@ -433,7 +433,8 @@ class Driver:
             raise UserInputError(f"the GPUs measuring here have {counts} SMs: one study builds "
                                  "for one SM count; pick GPUs of one kind (CUDA_VISIBLE_DEVICES"
                                  " or --gpus)")
-        return chosen[0]
+        first: dict[str, Any] = dict(chosen[0])
+        return first
 
     def _start_workers(self) -> None:
         request = self.request

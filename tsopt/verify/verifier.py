@@ -731,9 +731,8 @@ def judged_key(space: SearchSpace, genome: Genome, problem: Problem,
                domain: int | None = None) -> JudgedKey:
     """The key a whole verdict of ``genome`` is memoised under (a domain other than the
     space's own is part of the problem key)."""
-    from tsopt.core.dsl_env import DEFAULT_ARCH
-
     from tsopt.core.devices import default_profile
+    from tsopt.core.dsl_env import DEFAULT_ARCH
 
     problem_key = problem.key if domain is None else f"{problem.key}|domain={domain}"
     problem_key += _bound_suffix(name_default=False)
