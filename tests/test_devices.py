@@ -262,3 +262,22 @@ def test_the_measuring_side_refuses_it_before_opening_the_library(monkeypatch, t
     with pytest.raises(loader.KernelLoadError, match=r"built for 132 SMs \(H200_SXM\) but GPU 0 "
                                                      r"\(simulated GPU\) has 114 SMs"):
         measuring_device.open_library(built, ArtifactManifest.read(built))
+
+
+def test_the_torch_op_refuses_it_before_registering_anything(monkeypatch, tmp_path) -> None:
+    from tsopt.workers import torch_ops
+
+    loader = _loader(monkeypatch, 114)  # a simulated H100 PCIe
+    kernel = tmp_path / "gemm_bf16_128x8192x8192"
+    _artifact(kernel, 132, "H200_SXM")
+    doc = json.loads((kernel / "artifact.json").read_text())
+    doc["tensors"] = [{"name": n, "role": r, "shape": s, "dtype": "bf16"} for n, r, s in (
+        ("a", "input", [128, 8192]), ("b", "input", [8192, 8192]), ("d", "output", [128, 8192]))]
+    (kernel / "artifact.json").write_text(json.dumps(doc))
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "format": "tsopt-export", "version": 2, "package": True, "files": {}, "kernels": [{
+            "name": kernel.name, "op": "gemm", "dtype": "bf16", "dir": kernel.name,
+            "sizes": [["m", 128], ["n", 8192], ["k", 8192]], "genome_hash": "f" * 64}]}))
+    with pytest.raises(loader.KernelLoadError, match="built for 132 SMs .* has 114 SMs"):
+        torch_ops.load(tmp_path, preload=False)
+    assert kernel.name not in {k.name for k in torch_ops.registered()}
