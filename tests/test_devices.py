@@ -281,3 +281,40 @@ def test_the_torch_op_refuses_it_before_registering_anything(monkeypatch, tmp_pa
     with pytest.raises(loader.KernelLoadError, match="built for 132 SMs .* has 114 SMs"):
         torch_ops.load(tmp_path, preload=False)
     assert kernel.name not in {k.name for k in torch_ops.registered()}
+
+
+@pytest.mark.slow
+def test_an_export_is_built_for_its_studys_profile(tmp_path) -> None:
+    from tsopt.app.export import export_candidate
+    from tsopt.core.genome import Genome
+    from tsopt.core.records import Measurement
+    from tsopt.db.store import Store
+    from tsopt.search.pipeline import CandidatePipeline
+
+    evidence = ROOT / "bench" / "copy_h200" / "copy-4096-fenced"
+    manifest = json.loads((evidence / "manifest.json").read_text())
+    results = json.loads((evidence / "results.json").read_text())
+    doc = manifest["candidates"][0]
+    # The H200's timing stands in for one on an H100 PCIe: the test is of the plumbing only.
+    measured = next(m for m in results["measurements"] if m["genome_hash"] == doc["genome_hash"])
+    problem = Problem.from_dict(manifest["problem"])
+    copy = get_space("copy")
+    genome = copy.genome(**{**Genome.from_dict(doc["genome"]).genes, "persistent": True,
+                            "ctas_per_sm": 1})
+    copy.device = PCIE
+    store = Store(f"sqlite:///{tmp_path / 'tsopt.db'}")
+    store.create_or_get_study("pcie", "copy", problem, "sm_90a", "tpe",
+                              {"device": {"id": "H100_PCIE", "sm_count": 114}})
+    pipeline = CandidatePipeline(store, copy, problem, "sm_90a", "pcie", tmp_path / "art")
+    candidate = store.add_candidate("pcie", genome, "suggest")
+    assert pipeline.verify(candidate, genome).valid
+    assert pipeline.build(candidate, genome).ok
+    assert store.record_measurement(candidate, Measurement.from_dict(
+        {**measured, "genome_hash": genome.hash}), "stand-in")
+    out = tmp_path / "out"
+    export_candidate(store, "pcie", out)  # its build's cache key is the PCIe one: current
+    exported = json.loads((out / "manifest.json").read_text())
+    assert exported["kernels"][0]["built_for"] == {"id": "H100_PCIE", "sm_count": 114}
+    artifact = json.loads((out / "artifact.json").read_text())
+    assert artifact["device"]["sm_count"] == 114 and artifact["launch"]["decomposition_sms"] == 114
+    assert "sm_count=114" in (out / "kernel.py").read_text()
