@@ -34,7 +34,8 @@ def attempts(directory: Path, genome: Genome) -> int:
 
 
 class CrashingCopySpace(CopySpace):
-    def kernel_spec(self, genome: Genome, problem: Problem, arch: str) -> Any:
+    def kernel_spec(self, genome: Genome, problem: Problem, arch: str,
+                    device: Any = None) -> Any:
         directory = Path(os.environ["TSOPT_TEST_CRASH_DIR"])
         before = attempts(directory, genome)
         with open(directory / f"{genome.hash}.attempts", "a") as log:
@@ -42,7 +43,7 @@ class CrashingCopySpace(CopySpace):
         stages = genome["stages"]
         if stages == 3 or (stages == 2 and before == 0):
             os._exit(17)
-        return super().kernel_spec(genome, problem, arch)
+        return super().kernel_spec(genome, problem, arch, device)
 
 
 def check_the_grid_outcome(url: str, study: str, directory: Path, trials: list[Any]) -> None:

@@ -20,7 +20,8 @@ HUNGRY_BYTES = 4 * 2**30
 
 
 class MemoryHungryCopySpace(CopySpace):
-    def kernel_spec(self, genome: Genome, problem: Problem, arch: str) -> Any:
+    def kernel_spec(self, genome: Genome, problem: Problem, arch: str,
+                    device: Any = None) -> Any:
         hoard = bytearray(HUNGRY_BYTES)
         del hoard
-        return super().kernel_spec(genome, problem, arch)
+        return super().kernel_spec(genome, problem, arch, device)

@@ -92,7 +92,9 @@ def test_export_writes_a_complete_directory(store_with_winner: tuple[Store, Path
         "genome_hash": manifest["genome_hash"],
         "median_us": manifest["measured"]["median_us"], "ratio": manifest["measured"]["ratio"],
         "baseline_name": manifest["measured"]["baseline_name"], "device": "NVIDIA H200",
-        "launch": "isolated"}]
+        "launch": "isolated",
+        # A study recorded before device profiles was built for the arch's default.
+        "built_for": {"id": "H200_SXM", "sm_count": 132}}]
     # The committed evidence was timed before the launch modes: the export says so, as its
     # header does, rather than the graph mode a new study measures in.
     assert manifest["launch"] == manifest["measured"]["launch"] == "isolated"

@@ -14,6 +14,7 @@ cause is one line on stderr, never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Literal, NoReturn
@@ -156,6 +157,9 @@ def verify(
         "(default: a small problem of the genome's space).",
     ),
     domain: int = typer.Option(None, help="Concrete domain iterations (default: stages + 2)."),
+    device: str = typer.Option(None, help="GPU profile the genome is judged for (its SM count "
+                               "sets stream-K's waves), e.g. H100_PCIE; default: the arch's "
+                               "(H200_SXM for sm_90a)."),
 ) -> None:
     """Judge one genome with the TS verifier and tsopt's own checks; print `valid` or the rule.
 
@@ -180,8 +184,15 @@ def verify(
         if domain is not None and domain < 1:
             raise UserInputError(f"--domain {domain} must be at least 1")
         target = problem_for(problem, genome.space)
+        from tsopt.core.devices import resolve_profile
+        from tsopt.core.dsl_env import DEFAULT_ARCH
+        from tsopt.core.registry import get_space
+
+        profile = resolve_profile(device, os.environ.get("CUTE_DSL_ARCH") or DEFAULT_ARCH)
         check_genome_schema(genome, target)
-        verdict = verify_genome(genome, target, domain=domain)
+        space = get_space(genome.space)
+        space.device = profile
+        verdict = verify_genome(genome, target, space=space, domain=domain)
     if verdict.valid:
         console.print(f"[green]valid[/]  ({verdict.seconds * 1e3:.1f} ms, domain {verdict.domain})")
         if verdict.message:  # a search cut by its bound: valid, but not a complete proof

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from tsopt.workers.faults import KernelFault
-from tsopt.workers.loader import CudaRuntime, KernelLibrary
+from tsopt.workers.loader import CudaRuntime, KernelLibrary, check_decomposition
 from tsopt.workers.machine import nvidia_smi_driver_version
 from tsopt.workers.session import Session
 
@@ -102,5 +102,11 @@ def new_session(cuda: CudaRuntime | None) -> Session:
 
 
 def open_library(artifact_dir: Path, manifest: Any) -> KernelLibrary:
-    """An artifact's library, loaded with the CUDA runtime it was linked against."""
+    """An artifact's library, loaded with the CUDA runtime it was linked against; a kernel
+    whose grid was sized for another SM count than this GPU's is refused (KernelLoadError:
+    its time would be another GPU's decomposition's, its stream-K waits might never end)."""
+    built = manifest.decomposition_sms()
+    if built is not None and torch.cuda.is_available():  # no GPU: the load itself says so
+        check_decomposition(artifact_dir, built, manifest.device.get("id", ""),
+                            [torch.cuda.current_device()])
     return KernelLibrary.open(artifact_dir, manifest)

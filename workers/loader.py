@@ -59,6 +59,37 @@ class KernelLoadError(RuntimeError):
     """The artifact's library or the CUDA libraries could not be loaded (a launch_error)."""
 
 
+# -- the GPU a kernel was built for --------------------------------------------------------
+def gpu_sm_count(device: int) -> int:
+    """Multiprocessors of CUDA device ``device`` as this process sees it (a MIG slice's own)."""
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def decomposition_sms(doc: dict[str, Any]) -> int | None:
+    """SMs a kernel's grid was sized for (``launch.decomposition_sms`` of its artifact.json:
+    a persistent grid of one wave, stream-K's CTAs and flags), or None when any GPU fits."""
+    value = (doc.get("launch") or {}).get("decomposition_sms")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def check_decomposition(directory: Path, built_sms: int | None, built_for: str = "",
+                        devices: Any = None) -> None:
+    """KernelLoadError, in one line naming both SM counts, when a kernel whose decomposition
+    was made for ``built_sms`` SMs is loaded where a visible GPU has another count (the grid
+    would be another GPU's; stream-K's CTAs could wait on one never scheduled). ``devices``:
+    the CUDA devices to check (default: every visible one, as the module loads on each)."""
+    if built_sms is None:
+        return
+    for device in range(torch.cuda.device_count()) if devices is None else devices:
+        sms = gpu_sm_count(device)
+        if sms != built_sms:
+            target = f" ({built_for})" if built_for else ""
+            raise KernelLoadError(
+                f"{Path(directory).name}: built for {built_sms} SMs{target} but GPU {device} "
+                f"({torch.cuda.get_device_name(device)}) has {sms} SMs; rebuild it for this "
+                f"GPU (tsopt tune/export --device)")
+
+
 class KernelInputError(ValueError):
     """A tensor handed to a kernel does not match its signature; checked before any launch."""
 
@@ -254,6 +285,10 @@ class KernelManifest:
     tensors: tuple[TensorSpec, ...]
     genome_hash: str
     problem: dict[str, Any]
+    decomposition_sms: int | None = None
+    """SMs its grid was sized for (None: any GPU), checked when its module loads."""
+    device: str = ""
+    """The device profile it was built for (``H200_SXM``), "" before profiles were recorded."""
 
     @classmethod
     def read(cls, directory: Path) -> KernelManifest:
@@ -270,6 +305,8 @@ class KernelManifest:
                 ),
                 genome_hash=str(doc.get("genome_hash", "")),
                 problem=dict(doc.get("problem", {})),
+                decomposition_sms=decomposition_sms(doc),
+                device=str((doc.get("device") or {}).get("id", "")),
             )
         except FileNotFoundError:
             raise KernelLoadError(
@@ -356,6 +393,8 @@ class LoadedKernel:
         since loading a module is no stream work a graph can record."""
         if self._loaded:
             return
+        check_decomposition(self.directory, self.manifest.decomposition_sms,
+                            self.manifest.device)
         code = self.library.load_module()
         if code != 0:
             raise RuntimeError(f"module load failed: {self.library.cuda.runtime.describe(code)}")

@@ -403,6 +403,9 @@ def load(directory: Path | str | None = None, preload: bool | None = None) -> Ke
             raise KernelLoadError(
                 f"two kernels for {kernel.problem_text}: {known.genome_hash[:12]} from "
                 f"{known.directory} and {kernel.genome_hash[:12]} from {kernel.directory}")
+    for kernel in package.kernels:  # before anything is registered: a refusal changes nothing
+        artifact = _loader.KernelManifest.read(kernel.directory)
+        _loader.check_decomposition(kernel.directory, artifact.decomposition_sms, artifact.device)
     for kernel in package.kernels:
         _register_kernel(kernel)
         _register_dispatcher(OP_KINDS[kernel.op])

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tsopt.core.devices import default_profile
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
 from tsopt.search_spaces.common import placement
@@ -26,7 +27,6 @@ from tsopt.search_spaces.common.placement import Placement, TaskOps
 from tsopt.search_spaces.copy.kernel import CopyConfig
 
 SPACE = "copy"
-SM_COUNT = {"sm_90a": 132, "sm_100a": 148}
 SMEM_CAPACITY = 232_448
 REGISTER_FILE = 65_536
 
@@ -83,8 +83,10 @@ def placement_dataflow_error(task: str, ops: Sequence[tuple[str, str]]) -> str |
 # --------------------------------------------------------------------------------------
 
 
-def config_of(genome: Genome, problem: Problem, arch: str = "sm_90a") -> CopyConfig:
-    """The kernel configuration a genome describes for a problem."""
+def config_of(genome: Genome, problem: Problem, arch: str = "sm_90a",
+              sm_count: int | None = None) -> CopyConfig:
+    """The kernel configuration a genome describes for a problem, on a GPU of ``sm_count``
+    SMs (None: the arch's default device profile, ``tsopt.core.devices``)."""
 
     def num(name: str) -> int:
         value = genome[name]
@@ -112,7 +114,7 @@ def config_of(genome: Genome, problem: Problem, arch: str = "sm_90a") -> CopyCon
         ctas_per_sm=num("ctas_per_sm"),
         vector=num("vector"),
         raster=str(genome["raster"]),
-        sm_count=SM_COUNT.get(arch, 132),
+        sm_count=sm_count if sm_count is not None else default_profile(arch).sm_count,
         planted=tuple(
             (k.removeprefix("planted."), v)
             for k, v in genome.genes.items()

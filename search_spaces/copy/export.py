@@ -104,5 +104,6 @@ def render_kernel_source(cfg: CopyConfig, header: str, arch: str) -> str:
     return _export_source.assemble(copy_tma_kernel, header, arch, candidate, TEMPLATE_MAIN)
 
 
-def export_source(genome: Any, problem: Any, arch: str, header: str) -> str:
-    return render_kernel_source(config_of(genome, problem, arch), header, arch)
+def export_source(genome: Any, problem: Any, arch: str, header: str,
+                  sm_count: int | None = None) -> str:
+    return render_kernel_source(config_of(genome, problem, arch, sm_count), header, arch)

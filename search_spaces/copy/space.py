@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from tsopt.core.devices import DeviceProfile
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, ProblemError
 from tsopt.core.space import (
@@ -401,10 +402,12 @@ class CopySpace(SearchSpace):
         digest.update(inspect.getsource(config_of).encode())
         return digest.hexdigest()[:16]
 
-    def export_source(self, genome: Genome, problem: Problem, arch: str, header: str) -> str:
-        return export_source(genome, problem, arch, header)
+    def export_source(self, genome: Genome, problem: Problem, arch: str, header: str,
+                      device: DeviceProfile | None = None) -> str:
+        return export_source(genome, problem, arch, header, self.target_device(device).sm_count)
 
-    def kernel_spec(self, genome: Genome, problem: Problem, arch: str) -> KernelSpec:
+    def kernel_spec(self, genome: Genome, problem: Problem, arch: str,
+                    device: DeviceProfile | None = None) -> KernelSpec:
         import cutlass
         from cutlass.cute.runtime import make_fake_compact_tensor
         from cutlass.runtime import make_fake_stream
@@ -414,7 +417,8 @@ class CopySpace(SearchSpace):
             # The verifier rejects them (tsopt.fault_gene); a build that skipped it does too.
             raise ValueError(f"fault-injection gene(s) {planted} are built only where faults "
                              "are planted on purpose (TSOPT_ALLOW_FAULT_GENES=1)")
-        cfg = config_of(genome, problem, arch)
+        sm_count = self.target_device(device).sm_count
+        cfg = config_of(genome, problem, arch, sm_count)
         dt = cutlass.Float16 if cfg.dtype == "fp16" else cutlass.BFloat16
         shape = (cfg.rows, cfg.cols)
         src = make_fake_compact_tensor(dt, shape, stride_order=(1, 0), assumed_align=16)
@@ -430,5 +434,8 @@ class CopySpace(SearchSpace):
                 "grid": [1, 1, cfg.grid] if cfg.persistent else [cfg.grid, 1, 1],
                 "block": [32 * cfg.block_warps, 1, 1],
                 "smem_bytes": cfg.smem_bytes,
+                "sm_count": sm_count,
+                # The persistent grid was sized for this GPU's SMs (its loop is correct on any).
+                **({"decomposition_sms": sm_count} if cfg.persistent else {}),
             },
         )

@@ -31,10 +31,10 @@ ensure_arch()  # the kernel module imports the DSL, which reads its target arch 
 
 # Re-exported for the space's modules: the kernel owns its sizes and configuration.
 from tsopt.search_spaces.gemm.kernel import (  # noqa: E402, F401
+    DEFAULT_SM_COUNT,
     ELEMENT_BYTES,
     EPI_COLS,
     PRIMARY_OP,
-    SM_COUNT,
     WARPGROUP,
     GemmConfig,
     Placement,
@@ -242,8 +242,10 @@ def parse_cluster(text: str) -> tuple[int, int]:
 # --------------------------------------------------------------------------------------
 
 
-def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str) -> GemmConfig:
-    """The kernel configuration a genome describes for a problem."""
+def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str,
+              sm_count: int = DEFAULT_SM_COUNT) -> GemmConfig:
+    """The kernel configuration a genome describes for a problem, on a GPU of ``sm_count``
+    SMs (the target's device profile: ``HopperGemmSpace.config``)."""
 
     def num(name: str) -> int:
         value = genome[name]
@@ -272,4 +274,5 @@ def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str) -> Gemm
         swap_ab=swap_ab,
         split_k=int(gene(genome, "split_k")),  # type: ignore[call-overload]
         stream_k=bool(gene(genome, "stream_k")),
+        sm_count=sm_count,
     )

@@ -16,7 +16,12 @@ from typing import Any
 from tsopt.search_spaces.common import export_source as _export_source
 from tsopt.search_spaces.gemm import kernel as hopper_gemm_kernel
 from tsopt.search_spaces.gemm.config import config_of
-from tsopt.search_spaces.gemm.kernel import PIPELINE_OPS, PRIMARY_OP, GemmConfig
+from tsopt.search_spaces.gemm.kernel import (
+    DEFAULT_SM_COUNT,
+    PIPELINE_OPS,
+    PRIMARY_OP,
+    GemmConfig,
+)
 
 _RESOURCES = {"load": ("coords", "smem"), "mma": ("smem", "acc")}
 
@@ -129,5 +134,7 @@ def render_kernel_source(cfg: GemmConfig, header: str, arch: str) -> str:
     return _export_source.assemble(hopper_gemm_kernel, header, arch, candidate, TEMPLATE_MAIN)
 
 
-def export_source(genome: Any, problem: Any, arch: str, header: str) -> str:
-    return render_kernel_source(config_of(genome, problem.sizes, problem.dtype), header, arch)
+def export_source(genome: Any, problem: Any, arch: str, header: str,
+                  sm_count: int = DEFAULT_SM_COUNT) -> str:
+    return render_kernel_source(config_of(genome, problem.sizes, problem.dtype, sm_count),
+                                header, arch)

@@ -108,8 +108,9 @@ from cutlass.tensor_utils import LayoutEnum
 Section = Literal["head", "loop", "tail"]
 Placement = tuple[tuple[str, Section], ...]
 
-SM_COUNT = 132
-"""SMs of an H200 (and H100 SXM): a persistent grid is one wave of clusters."""
+DEFAULT_SM_COUNT = 132
+"""SMs of an H200 (and H100 SXM), what a :class:`GemmConfig` assumes when it names none:
+the builder always names the target GPU's (``tsopt.core.devices``)."""
 WARPGROUP = 4
 """Warps per warpgroup: register budgets (setmaxnreg) apply per warpgroup."""
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
@@ -174,6 +175,11 @@ class GemmConfig:
     """CTAs that share one output tile, each over its own run of K slices; their fp32 partial
     tiles are summed in a fixed order through distributed SMEM (:meth:`Accumulator.reduce_split`)
     inside a cluster of ``split_k`` CTAs along z; the first CTA of the cluster stores D."""
+    sm_count: int = DEFAULT_SM_COUNT
+    """SMs of the GPU the kernel is built for: a persistent grid is one wave of clusters over
+    them, stream-K one CTA per SM (its units and its workspace's slots and flags). A kernel
+    launched on a GPU with another count would compute another decomposition than the one
+    it was compiled with, so the artifact records it and the loader refuses a mismatch."""
     stream_k: bool = False
     """Data-parallel waves, then stream-K over the rest (:class:`StreamKPlan`): on the persistent
     tile loop, the tiles past the last full wave but one are cut into K pieces shared evenly
@@ -235,7 +241,7 @@ class GemmConfig:
         if not self.stream_k:
             return None
         return StreamKPlan.make(self.tiles_m, self.tiles_n, self.k_tiles, self.sk_granule,
-                                SM_COUNT, self.raster == "m")
+                                self.sm_count, self.raster == "m")
 
     @property
     def workspace_bytes(self) -> int:
@@ -244,7 +250,7 @@ class GemmConfig:
         Int32 flag each. 0 without stream-K."""
         if not self.stream_k:
             return 0
-        slots = SM_COUNT * self.consumers
+        slots = self.sm_count * self.consumers
         return slots * self.wg_tile_m * self.tile_n * 4 + slots * 4
 
     @property
@@ -418,11 +424,11 @@ class GemmConfig:
         cm, cn = self.cluster_m, self.cluster_n
         clusters_m, clusters_n = -(-self.tiles_m // cm), -(-self.tiles_n // cn)
         if self.stream_k:
-            return (1, 1, SM_COUNT)  # the static scheduler's grid over StreamKPlan's units
+            return (1, 1, self.sm_count)  # the static scheduler's grid over StreamKPlan's units
         if not self.persistent:
             return (clusters_m * cm, clusters_n * cn, self.split_k)
         # The static persistent scheduler's grid: (cluster_m, cluster_n, clusters).
-        return (cm, cn, min(clusters_m * clusters_n, SM_COUNT // self.cluster_size))
+        return (cm, cn, min(clusters_m * clusters_n, self.sm_count // self.cluster_size))
 
 
 @dataclass(frozen=True)
@@ -882,7 +888,7 @@ class Accumulator(MemoryResource):
         values = cute.size(self.acc)
         slot_floats = values * 128
         base = self.args.mW.iterator
-        flags = cute.recast_ptr(base + SM_COUNT * cfg.consumers * slot_floats,
+        flags = cute.recast_ptr(base + cfg.sm_count * cfg.consumers * slot_floats,
                                 dtype=cutlass.Int32)
         barrier = SK_BARRIER + self.wg
         if (k_begin != 0) & (k_begin < plan.k_tiles):  # a later piece (a dummy has none)
@@ -1454,14 +1460,15 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
             # The scheduler walks the plan's units as a 1-D problem: CTA c gets c, c + P, ...
             tile_sched_params = utils.PersistentTileSchedulerParams(
                 (cfg.sk_plan.units, 1, 1), (1, 1, 1), swizzle_size=1, raster_along_m=True)
-            grid = utils.StaticPersistentTileScheduler.get_grid_shape(tile_sched_params, SM_COUNT)
+            grid = utils.StaticPersistentTileScheduler.get_grid_shape(
+                tile_sched_params, cfg.sm_count)
         elif cfg.persistent:
             tile_sched_params = utils.PersistentTileSchedulerParams(
                 (cfg.tiles_m, cfg.tiles_n, 1), (cfg.cluster_m, cfg.cluster_n, 1),
                 swizzle_size=cfg.swizzle, raster_along_m=cfg.raster == "m",
             )
             grid = utils.StaticPersistentTileScheduler.get_grid_shape(
-                tile_sched_params, SM_COUNT // cfg.cluster_size)
+                tile_sched_params, cfg.sm_count // cfg.cluster_size)
         tma_atom_d, mD_tma, epi_layout = None, None, None
         if cfg.epilogue == "tma_store":
             # One 64 x epi_cols box of D per m64 repeat of a warpgroup's subtile.

@@ -22,6 +22,7 @@ from tsopt.core.dsl_env import ensure_arch
 
 ensure_arch()  # the DSL reads its target arch when first imported
 
+from tsopt.core.devices import DeviceProfile  # noqa: E402
 from tsopt.core.genome import Genome  # noqa: E402
 from tsopt.core.problem import Problem, ProblemError  # noqa: E402
 from tsopt.core.space import (  # noqa: E402
@@ -75,7 +76,7 @@ from tsopt.search_spaces.gemm.config import (  # noqa: E402
     placement_dataflow_error,
     placement_name,
 )
-from tsopt.search_spaces.gemm.export import export_source  # noqa: E402
+from tsopt.search_spaces.gemm.export import render_kernel_source  # noqa: E402
 from tsopt.search_spaces.gemm.funnel import (  # noqa: E402
     gemm_factors,
     gemm_funnel,
@@ -352,8 +353,11 @@ class HopperGemmSpace(SearchSpace):
         domains = super().gene_domains(problem)
         return {name: domain for name, domain in domains.items() if name not in ADDED_GENES}
 
-    def config(self, genome: Genome, problem: Problem) -> GemmConfig:
-        return config_of(genome, problem.sizes, problem.dtype)
+    def config(self, genome: Genome, problem: Problem,
+               device: DeviceProfile | None = None) -> GemmConfig:
+        """The kernel's configuration for ``problem`` on ``device`` (:meth:`target_device`)."""
+        return config_of(genome, problem.sizes, problem.dtype,
+                         self.target_device(device).sm_count)
 
     def dataflow_error(self, genome: Genome) -> str | None:
         if genome.space != SPACE:
@@ -487,11 +491,13 @@ class HopperGemmSpace(SearchSpace):
             digest.update(inspect.getsource(fn).encode())
         return digest.hexdigest()[:16]
 
-    def export_source(self, genome: Genome, problem: Problem, arch: str, header: str) -> str:
-        return export_source(genome, problem, arch, header)
+    def export_source(self, genome: Genome, problem: Problem, arch: str, header: str,
+                      device: DeviceProfile | None = None) -> str:
+        return render_kernel_source(self.config(genome, problem, device), header, arch)
 
-    def kernel_spec(self, genome: Genome, problem: Problem, arch: str) -> KernelSpec:
-        cfg = self.config(genome, problem)
+    def kernel_spec(self, genome: Genome, problem: Problem, arch: str,
+                    device: DeviceProfile | None = None) -> KernelSpec:
+        cfg = self.config(genome, problem, device)
         return KernelSpec(
             host_fn=make_kernel(cfg),
             compile_args=compile_args(cfg),
@@ -502,7 +508,10 @@ class HopperGemmSpace(SearchSpace):
             ),
             launch={"grid": list(cfg.grid), "block": [cfg.threads, 1, 1],
                     "cluster": [cfg.cluster_m, cfg.cluster_n, cfg.split_k],
-                    "smem_bytes": cfg.smem_bytes,
+                    "smem_bytes": cfg.smem_bytes, "sm_count": cfg.sm_count,
+                    # A grid of one wave over the SMs, stream-K's units and flags: for these.
+                    **({"decomposition_sms": cfg.sm_count}
+                       if cfg.persistent or cfg.stream_k else {}),
                     **({"workspace_bytes": cfg.workspace_bytes} if cfg.workspace_bytes else {})},
             workspace_bytes=cfg.workspace_bytes,
         )

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tsopt.core.devices import default_profile
 from tsopt.core.dsl_env import ensure_arch
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
@@ -38,7 +39,6 @@ from tsopt.search_spaces.gridstride.kernel import (  # noqa: E402
 
 SPACE = "gridstride"
 TASK = "copy"
-SM_COUNT = {"sm_90a": 132}
 
 COPY_OPS = TaskOps(TASK, ops=("load", "store"), work=("load", "store"), sync=(),
                    tokens=(("load", "store"),))
@@ -106,8 +106,10 @@ def resolve_grid(grid: str, tiles: int, sm_count: int) -> int:
     raise ValueError(f"grid {grid!r} is not per_sm:N, ctas:N or per_tile")
 
 
-def config_of(genome: Genome, problem: Problem, arch: str = "sm_90a") -> GridStrideConfig:
-    """The kernel configuration a genome describes for a problem."""
+def config_of(genome: Genome, problem: Problem, arch: str = "sm_90a",
+              sm_count: int | None = None) -> GridStrideConfig:
+    """The kernel configuration a genome describes for a problem, on a GPU of ``sm_count``
+    SMs (None: the arch's default device profile, ``tsopt.core.devices``)."""
 
     def num(name: str) -> int:
         value = genome[name]
@@ -128,7 +130,8 @@ def config_of(genome: Genome, problem: Problem, arch: str = "sm_90a") -> GridStr
         vector=vector,
         unroll=unroll,
         loop_unroll=num("loop_unroll"),
-        grid=resolve_grid(str(genome["grid"]), tiles, SM_COUNT.get(arch, SM_COUNT["sm_90a"])),
+        grid=resolve_grid(str(genome["grid"]), tiles,
+                          sm_count if sm_count is not None else default_profile(arch).sm_count),
     )
 
 

@@ -19,6 +19,7 @@ from tsopt.core.dsl_env import ensure_arch
 
 ensure_arch()  # the DSL reads its target arch when first imported
 
+from tsopt.core.devices import DeviceProfile  # noqa: E402
 from tsopt.core.genome import Genome  # noqa: E402
 from tsopt.core.problem import Problem, ProblemError  # noqa: E402
 from tsopt.core.space import (  # noqa: E402
@@ -196,8 +197,10 @@ class GridStrideSpace(SearchSpace):
         return gridstride_funnel(self, problem, judge, progress)
 
     # -- verification ----------------------------------------------------------------
-    def config(self, genome: Genome, problem: Problem, arch: str = "sm_90a") -> GridStrideConfig:
-        return config_of(genome, problem, arch)
+    def config(self, genome: Genome, problem: Problem, arch: str = "sm_90a",
+               device: DeviceProfile | None = None) -> GridStrideConfig:
+        """The kernel's configuration for ``problem`` on ``device`` (:meth:`target_device`)."""
+        return config_of(genome, problem, arch, self.target_device(device).sm_count)
 
     def dataflow_error(self, genome: Genome) -> str | None:
         if genome.space != SPACE:
@@ -260,13 +263,16 @@ class GridStrideSpace(SearchSpace):
             digest.update(inspect.getsource(fn).encode())
         return digest.hexdigest()[:16]
 
-    def export_source(self, genome: Genome, problem: Problem, arch: str, header: str) -> str:
+    def export_source(self, genome: Genome, problem: Problem, arch: str, header: str,
+                      device: DeviceProfile | None = None) -> str:
         from tsopt.search_spaces.gridstride.export import export_source
 
-        return export_source(self.config(genome, problem, arch), header, arch)
+        return export_source(self.config(genome, problem, arch, device), header, arch)
 
-    def kernel_spec(self, genome: Genome, problem: Problem, arch: str) -> KernelSpec:
-        cfg = self.config(genome, problem, arch)
+    def kernel_spec(self, genome: Genome, problem: Problem, arch: str,
+                    device: DeviceProfile | None = None) -> KernelSpec:
+        cfg = self.config(genome, problem, arch, device)
+        per_sm = str(genome["grid"]).startswith("per_sm:")
         shape = (cfg.rows, cfg.cols)
         return KernelSpec(
             host_fn=make_kernel(cfg),
@@ -274,5 +280,8 @@ class GridStrideSpace(SearchSpace):
             tensors=(TensorArg("src", "input", shape, cfg.dtype),
                      TensorArg("dst", "output", shape, cfg.dtype)),
             launch={"grid": [cfg.grid, 1, 1], "block": [cfg.threads, 1, 1], "smem_bytes": 0,
-                    "tiles": cfg.tiles},
+                    "tiles": cfg.tiles, "sm_count": self.target_device(device).sm_count,
+                    # A grid-stride loop is correct over any grid; per SM, it was sized for these.
+                    **({"decomposition_sms": self.target_device(device).sm_count}
+                       if per_sm else {})},
         )

@@ -82,7 +82,7 @@ def _seconds(time: str | float | None) -> float | None:
 # The TuneRequest fields tune() passes through as they are (the others it builds itself).
 _PASSED = ("sampler", "arch", "study", "bundle_dir", "workers", "seed", "cache_dir", "measure",
            "ray_address", "patience", "warm_start", "knobs", "pool", "library",
-           "library_exclude_self", "gpus", "deterministic", "launch")
+           "library_exclude_self", "gpus", "deterministic", "launch", "device")
 
 
 def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | None = None,
@@ -97,7 +97,8 @@ def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | N
     ``pool``, ``library`` (start from the seed library), ``library_exclude_self``
     (leave-one-shape-out: without the problem's own entries), ``gpus`` (GPUs measuring; None: every
     one), ``deterministic``, ``launch`` (graph or eager; default: a resumed study's own, graph
-    for a new one). ``progress`` shows the live view on the terminal."""
+    for a new one), ``device`` (the GPU profile builds are for: ``"H100_PCIE"``).
+    ``progress`` shows the live view on the terminal."""
     from tsopt.db.store import Store
     from tsopt.search.driver import Driver
     from tsopt.search.request import TuneRequest
@@ -119,7 +120,7 @@ def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | N
     driver = Driver(request, console)
     code = driver.run()
     stats = driver.stats
-    name = request.study_name()
+    name = driver.name  # the device profile the run chose may have named it
     with Store(db) as store:
         funnel = tuple(store.funnel(name).items())
         ranked = store.ranked(name, limit=1)

@@ -31,7 +31,7 @@ import json
 import shutil
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +48,7 @@ from tsopt.app.export_target import (
     protected_paths,
     staging_dir,
 )
+from tsopt.core.devices import DeviceProfile, recorded_profile
 from tsopt.core.errors import UserInputError
 
 if TYPE_CHECKING:
@@ -81,13 +82,16 @@ class ExportedKernel:
     baseline_name: str
     device: str
     launch: str  # the launch mode median_us and ratio were timed in (tsopt.core.records)
+    built_for: dict[str, Any] = field(default_factory=dict)
+    """The device profile its kernel was built for (``id``, ``sm_count``): loaded on a GPU
+    with another SM count, a kernel whose grid was sized for these is refused."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "op": self.op, "dtype": self.dtype,
                 "sizes": [[n, v] for n, v in self.sizes], "dir": self.dir, "study": self.study,
                 "rank": self.rank, "genome_hash": self.genome_hash, "median_us": self.median_us,
                 "ratio": self.ratio, "baseline_name": self.baseline_name, "device": self.device,
-                "launch": self.launch}
+                "launch": self.launch, "built_for": dict(self.built_for)}
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,12 @@ def _choose(store: Store, study: str, rank: int) -> tuple[StudyInfo, RankedCandi
     return info, chosen, candidate
 
 
+def study_device(info: StudyInfo) -> DeviceProfile:
+    """The device profile a study built for (its config's ``device``); a study recorded before
+    profiles existed was built for its arch's default."""
+    return recorded_profile(info.config, info.arch)
+
+
 def _artifact_dir(space: Any, candidate: CandidateInfo, info: StudyInfo) -> Path:
     """The candidate's built artifact: from the cache, or rebuilt here if the cache lost it."""
     build = candidate.build
@@ -162,7 +172,8 @@ def _artifact_dir(space: Any, candidate: CandidateInfo, info: StudyInfo) -> Path
     from tsopt.core.dsl_env import ensure_arch
 
     ensure_arch(info.arch)
-    rebuilt = build_candidate(space, candidate.genome, info.problem, info.arch)
+    rebuilt = build_candidate(space, candidate.genome, info.problem, info.arch,
+                              device=study_device(info))
     if not rebuilt.ok or not rebuilt.artifact_dir:
         raise RuntimeError(f"rebuilding {candidate.genome_hash[:12]} for export failed: {rebuilt.error}")
     return Path(rebuilt.artifact_dir)
@@ -264,7 +275,8 @@ def _reverify(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo) -> 
 def _check_current(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo) -> None:
     from tsopt.build.builder import cache_key
 
-    current = cache_key(candidate.genome, info.problem, info.arch, space.source_digest())
+    current = cache_key(candidate.genome, info.problem, info.arch, space.source_digest(),
+                        study_device(info))
     if candidate.build is not None and candidate.build.cache_key != current:
         built_from = candidate.build.versions.get("template", "an older template")
         raise UserInputError(
@@ -314,7 +326,9 @@ def _exported(chosen: _Chosen, directory: str) -> ExportedKernel:
         name=chosen.name, op=problem.op, dtype=problem.dtype, sizes=problem.dims, dir=directory,
         study=chosen.info.name, rank=chosen.rank, genome_hash=chosen.candidate.genome_hash,
         median_us=m.median_us, ratio=m.ratio, baseline_name=m.baseline_name, device=m.device,
-        launch=m.launch)
+        launch=m.launch,
+        built_for={"id": study_device(chosen.info).id,
+                   "sm_count": study_device(chosen.info).sm_count})
 
 
 def _file_hashes(top: Path) -> dict[str, str]:
@@ -340,7 +354,8 @@ def _write_kernel(chosen: _Chosen, directory: Path) -> ExportedKernel:
             shutil.copy2(artifact / name, directory / name)
     header = _header_text(info, ranked, chosen.rank)
     (directory / "kernel.py").write_text(
-        chosen.space.export_source(candidate.genome, info.problem, info.arch, header))
+        chosen.space.export_source(candidate.genome, info.problem, info.arch, header,
+                                   study_device(info)))
     _write_runtime(directory)
     artifact_doc = json.loads((artifact / "artifact.json").read_text())
     prefix = f"tsopt_{candidate.genome_hash[:16]}"

@@ -147,6 +147,11 @@ def verify_candidates(
     if manifest.arch not in space.archs:
         raise BundleError(f"{where}: arch {manifest.arch!r} is not one space {space.name!r} "
                           f"builds for ({', '.join(space.archs)})")
+    recorded = store.get_study(manifest.study)
+    if recorded is not None:  # judged for the GPU the study builds for (stream-K's waves)
+        from tsopt.core.devices import recorded_profile
+
+        space.device = recorded_profile(recorded.config, manifest.arch)
     cache = VerdictCache(lookup=store.find_verdict, searches=_FindSearches(store))
     verdicts: dict[str, tuple[Verdict, str]] = {}
     for candidate in manifest.candidates:

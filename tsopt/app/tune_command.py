@@ -18,6 +18,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from tsopt.core.devices import PROFILES
 from tsopt.core.errors import UserInputError
 from tsopt.core.problem import OP_SPECS, Problem
 from tsopt.core.registry import SPACES, SpaceEntry
@@ -68,6 +69,11 @@ LAUNCH_HELP = ("How candidates and the vendor baseline are launched while timed,
 KNOB_HELP = ("Restrict a knob to some of its choices, e.g. --knob stages=2,4 (repeatable; one "
              "value fixes it). Makes --sampler grid possible on a big space.")
 
+DEVICE_HELP = ("GPU the kernels are built for (its SM count sets persistent grids, stream-K "
+               "and the cost model's waves): " + ", ".join(PROFILES) + ", or ID-NSM for a "
+               "part of N SMs (a MIG slice). Default: the GPU that measures here, else the "
+               "arch's default (H200_SXM for sm_90a).")
+
 # (parameter name, annotation, typer option) for every option all tune commands share.
 TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("trials", int | None, typer.Option(None, help=TRIALS_HELP, show_default=False)),
@@ -79,6 +85,7 @@ TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("sampler", str, typer.Option("evolve", help=SAMPLER_HELP)),
     ("knob", list[str] | None, typer.Option(None, "--knob", help=KNOB_HELP)),
     ("arch", str, typer.Option("sm_90a", help="Target architecture.")),
+    ("device", str | None, typer.Option(None, help=DEVICE_HELP, show_default=False)),
     ("study", str | None, typer.Option(None, help="Study name (default: derived from the "
                                                   "problem).")),
     ("db", str, typer.Option(DEFAULT_DB, help=DB_HELP)),
@@ -150,6 +157,7 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
                 knobs=tuple(options["knob"] or ()),
                 pool=options["pool"], gpus=parse_gpus(options["gpus"]),
                 deterministic=options["deterministic"], launch=options["launch"],
+                device=options["device"],
             )
             code = run_tune(request, console)
         raise typer.Exit(code)

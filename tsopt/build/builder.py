@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import tsopt
 from tsopt.core.artifact import LIBRARY_NAME, ArtifactManifest, TensorDesc
+from tsopt.core.devices import DeviceProfile, default_profile, resolve_profile
 from tsopt.core.dsl_env import ArchMismatchError, ensure_arch
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
@@ -133,11 +134,23 @@ def tool_versions() -> dict[str, str]:
     return versions
 
 
-def cache_key(genome: Genome, problem: Problem, arch: str, template: str = "") -> str:
-    """Artifact identity: genome, problem, arch, tool versions and the template's source."""
+def cache_key(genome: Genome, problem: Problem, arch: str, template: str = "",
+              device: str | DeviceProfile | None = None) -> str:
+    """Artifact identity: genome, problem, arch, the device profile (:func:`target_of`), tool
+    versions and the template's source. A build for the arch's default profile keeps the key
+    it had before profiles existed: every artifact built then was built for it."""
     versions = json.dumps(tool_versions(), sort_keys=True)
-    text = "|".join((genome.hash, problem.key, arch, versions, template))
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
+    profile = target_of(device, arch)
+    parts = [genome.hash, problem.key, arch, versions, template]
+    if profile != default_profile(arch):
+        parts.append(f"device={profile.id}:{profile.sm_count}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
+
+
+def target_of(device: str | DeviceProfile | None, arch: str) -> DeviceProfile:
+    """The profile a build for ``arch`` targets (``device``'s, else the arch's default); a
+    bad name raises UserInputError listing the known ones."""
+    return resolve_profile(device, arch)
 
 
 # --------------------------------------------------------------------------------------
@@ -339,10 +352,14 @@ def build_candidate(
     cache_dir: Path | str = DEFAULT_CACHE_DIR,
     *,
     force: bool = False,
+    device: str | DeviceProfile | None = None,
 ) -> BuildResult:
-    """Compile, export and link ``genome`` for ``problem`` on ``arch``; never raises for a
-    kernel that fails to build (the result says ``error`` with the message)."""
-    key = cache_key(genome, problem, arch, space.source_digest())
+    """Compile, export and link ``genome`` for ``problem`` on ``arch``, for the GPU ``device``
+    (a profile or its id; None: the arch's default profile); never raises for a kernel that
+    fails to build (the result says ``error`` with the message). An unknown ``device``, or
+    one of another arch, raises UserInputError before anything is built."""
+    profile = target_of(device, arch)
+    key = cache_key(genome, problem, arch, space.source_digest(), profile)
     directory = Path(cache_dir) / key
     record = directory / "build.json"
     if not force and record.exists() and (directory / LIBRARY_NAME).exists():
@@ -367,7 +384,7 @@ def build_candidate(
     try:
         ensure_arch(arch)
         toolchain = find_toolchain()
-        spec = space.kernel_spec(genome, problem, arch)
+        spec = space.kernel_spec(genome, problem, arch, profile)
         start = time.perf_counter()
         (staging / "dump").mkdir()
         compiled = compile_spec(spec, arch, staging / "dump")
@@ -398,6 +415,8 @@ def build_candidate(
             tensors=tensors,
             launch=dict(spec.launch),
             versions=versions,
+            device={"id": profile.id, "sm_count": profile.sm_count, "name": profile.name,
+                    **({"derived_from": profile.derived_from} if profile.derived else {})},
         ).write(staging)
         result = BuildResult(
             **base,
@@ -536,31 +555,35 @@ def memory_failure(result: BuildResult, budget: int | None, extra: str = "") -> 
 
 
 def build_limited(space: SearchSpace, genome: Genome, problem: Problem, arch: str,
-                  cache_dir: Path | str, budget: int | None) -> BuildResult:
+                  cache_dir: Path | str, budget: int | None,
+                  device: str | DeviceProfile | None = None) -> BuildResult:
     """:func:`build_candidate` in this process under the memory ``budget`` (a process that may
     die: a Ray worker, which Ray replaces)."""
     with address_space_limit(budget):
-        result = build_candidate(space, genome, problem, arch, cache_dir)
+        result = build_candidate(space, genome, problem, arch, cache_dir, device=device)
     return memory_failure(result, budget)
 
 
 def build_isolated(space: SearchSpace, genome: Genome, problem: Problem, arch: str,
-                   cache_dir: Path | str, budget: int | None) -> BuildResult:
+                   cache_dir: Path | str, budget: int | None,
+                   device: str | DeviceProfile | None = None) -> BuildResult:
     """:func:`build_candidate` in a child process forked for it, under the memory ``budget``:
     a build that runs out of memory, even one LLVM aborts, fails alone and is recorded
     (``memory: ...``); a cached artifact is found without a child. A child that dies for
     another reason (a compiler crash, a kill) is retried once in a fresh one, like a worker
     that dies; a second death is recorded as ``build worker failed twice (retried once)``."""
-    key = cache_key(genome, problem, arch, space.source_digest())
+    profile = target_of(device, arch)
+    key = cache_key(genome, problem, arch, space.source_digest(), profile)
     directory = Path(cache_dir) / key
     if (directory / "build.json").exists() and (directory / LIBRARY_NAME).exists():
-        return build_candidate(space, genome, problem, arch, cache_dir)
+        return build_candidate(space, genome, problem, arch, cache_dir, device=profile)
     if not hasattr(os, "fork"):
-        return build_limited(space, genome, problem, arch, cache_dir, budget)
-    result, died = _build_in_child(space, genome, problem, arch, cache_dir, budget, key)
+        return build_limited(space, genome, problem, arch, cache_dir, budget, profile)
+    result, died = _build_in_child(space, genome, problem, arch, cache_dir, budget, key, profile)
     if not died or (result.error or "").startswith("memory:"):
         return result
-    retried, died = _build_in_child(space, genome, problem, arch, cache_dir, budget, key)
+    retried, died = _build_in_child(space, genome, problem, arch, cache_dir, budget, key,
+                                    profile)
     if not died or (retried.error or "").startswith("memory:"):
         return retried
     return BuildResult(**{**retried.to_dict(),
@@ -569,7 +592,7 @@ def build_isolated(space: SearchSpace, genome: Genome, problem: Problem, arch: s
 
 def _build_in_child(space: SearchSpace, genome: Genome, problem: Problem, arch: str,
                     cache_dir: Path | str, budget: int | None,
-                    key: str) -> tuple[BuildResult, bool]:
+                    key: str, device: DeviceProfile | None = None) -> tuple[BuildResult, bool]:
     """One forked build; the result, and whether the child died without sending one."""
     read_end, write_end = os.pipe()
     log = tempfile.TemporaryFile()
@@ -583,7 +606,7 @@ def _build_in_child(space: SearchSpace, genome: Genome, problem: Problem, arch: 
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
             with address_space_limit(budget):
-                result = build_candidate(space, genome, problem, arch, cache_dir)
+                result = build_candidate(space, genome, problem, arch, cache_dir, device=device)
             data = json.dumps(result.to_dict()).encode()
             view = memoryview(data)
             while view:

@@ -69,6 +69,11 @@ class ArtifactManifest:
     abi: int = ARTIFACT_ABI
     launch: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    device: dict[str, Any] = field(default_factory=dict)
+    """The GPU profile it was built for: ``id``, ``sm_count``, ``name`` (``derived_from``
+    when derived); empty in an artifact built before profiles (an H200's: 132 SMs). A
+    ``launch["decomposition_sms"]`` says the kernel's grid was sized for that many SMs: the
+    loader refuses it on a GPU with another count (:func:`decomposition_sms`)."""
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -103,9 +108,16 @@ class ArtifactManifest:
                 abi=ARTIFACT_ABI,
                 launch=dict(doc.get("launch", {})),
                 versions=dict(doc.get("versions", {})),
+                device=dict(doc.get("device", {})),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
+
+    def decomposition_sms(self) -> int | None:
+        """SMs the kernel's decomposition was made for (a persistent grid of one wave,
+        stream-K's CTAs), or None when its grid is independent of the GPU's SM count."""
+        value = self.launch.get("decomposition_sms")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @classmethod
     def read(cls, directory: Path) -> ArtifactManifest:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from tsopt.core.devices import DeviceProfile, default_profile
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import GeneValue, Genome, Section
 from tsopt.core.problem import Problem, ProblemError
@@ -351,6 +352,21 @@ class SearchSpace(ABC):
     :meth:`suggest` when the space's shipped screens may be stale: a space recomputes a
     stale screen with it, and without one refuses to use it (it never trusts it silently)."""
 
+    device: DeviceProfile | None = None
+    """The GPU its verdicts are judged for (a decomposition over the SMs can be legal on one
+    GPU and not on another), set by whoever verifies (the driver, a build worker from its
+    request); None: the arch's default profile (``tsopt.core.devices.DEFAULT_PROFILE``). A
+    build names its own (:meth:`kernel_spec`'s ``device``)."""
+
+    def target_device(self, device: DeviceProfile | None = None) -> DeviceProfile:
+        """``device``, else :attr:`device`, else the default profile of this process's arch."""
+        from tsopt.core.dsl_env import DEFAULT_ARCH
+
+        chosen = device or self.device
+        if chosen is not None:
+            return chosen
+        return default_profile(os.environ.get("CUTE_DSL_ARCH") or DEFAULT_ARCH)
+
     # -- determinism -------------------------------------------------------------------
     def is_deterministic(self, genome: Genome) -> bool:
         """Whether ``genome``'s kernel writes bit-identical output for identical inputs, run
@@ -566,11 +582,16 @@ class SearchSpace(ABC):
         """Modules whose code ends up in this space's kernels."""
         return (type(self).__module__,)
 
-    def export_source(self, genome: Genome, problem: Problem, arch: str, header: str) -> str:
+    def export_source(self, genome: Genome, problem: Problem, arch: str, header: str,
+                      device: DeviceProfile | None = None) -> str:
         """A standalone ``kernel.py`` for this candidate: the template with its schedule written
-        out literally, checking itself against torch when run (``tsopt export``)."""
+        out literally, checking itself against torch when run (``tsopt export``), for the GPU
+        ``device`` (None: :meth:`target_device`)."""
         raise NotImplementedError(f"space {self.name!r} cannot export kernel source yet")
 
     @abstractmethod
-    def kernel_spec(self, genome: Genome, problem: Problem, arch: str) -> KernelSpec:
-        """The host function and fake arguments that compile this genome for ``problem``."""
+    def kernel_spec(self, genome: Genome, problem: Problem, arch: str,
+                    device: DeviceProfile | None = None) -> KernelSpec:
+        """The host function and fake arguments that compile this genome for ``problem`` on
+        the GPU ``device`` (None: :meth:`target_device`): a grid over the SMs takes its
+        ``sm_count``."""

@@ -34,12 +34,14 @@ from typing import Any
 
 import numpy as np
 
-SM_COUNT = 132
-PEAK_TFLOPS = 989.0
-"""Dense bf16/fp16 tensor throughput of an H100/H200 SXM at its boost clock."""
-L2_BYTES_PER_S = 10.0e12
-"""Effective L2 -> SMEM bandwidth over the whole chip (TMA loads)."""
-HBM_BYTES_PER_S = 4.8e12
+from tsopt.core.devices import PROFILES, DeviceProfile
+
+DEFAULT_DEVICE = PROFILES["H200_SXM"]
+"""The GPU an estimate is for when none is named: the one the constants below were measured
+on. A study's own (``CostModel.device``, the driver's device profile) sets the SMs the waves
+are counted over, the tensor peak and the HBM bandwidth."""
+L2_BYTES_PER_S_PER_SM = 10.0e12 / 132
+"""Effective L2 -> SMEM bandwidth (TMA loads) per SM: 10 TB/s over an H200's 132 SMs."""
 LOAD_LATENCY_S = 1.0e-6
 """Time from a TMA load's issue to its SMEM arrival, under load."""
 SMEM_PER_SM = 232_448
@@ -85,9 +87,13 @@ class Estimate:
 
 
 def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
-                  element_bytes: int = 2) -> Estimate | None:
-    """The analytical time of a GEMM schedule over its ideal (see the module doc), or None
-    when ``genes`` are not a GEMM tiling (no ``tile_m``/``tile_n``/``tile_k``)."""
+                  element_bytes: int = 2, device: DeviceProfile | None = None) -> Estimate | None:
+    """The analytical time of a GEMM schedule over its ideal (see the module doc) on
+    ``device`` (None: :data:`DEFAULT_DEVICE`), or None when ``genes`` are not a GEMM tiling
+    (no ``tile_m``/``tile_n``/``tile_k``)."""
+    gpu = device or DEFAULT_DEVICE
+    sm_count, peak_tflops, hbm_bytes_per_s = gpu.sm_count, gpu.bf16_tflops, gpu.hbm_bytes_per_s
+    l2_bytes_per_s = L2_BYTES_PER_S_PER_SM * sm_count
     if not all(isinstance(genes.get(n), int) for n in ("tile_m", "tile_n", "tile_k")):
         return None
     if not all(n in sizes for n in ("m", "n", "k")):
@@ -134,7 +140,7 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
     per_sm = max(1, min(SMEM_PER_SM // max(1, smem), REGISTERS_PER_SM // max(1, regs),
                         2048 // threads))
     cluster = cm * cn
-    slots = max(1, (SM_COUNT // cluster) * cluster * per_sm)
+    slots = max(1, (sm_count // cluster) * cluster * per_sm)
     waves = tiles / slots
     wave_eff = tiles / (math.ceil(waves) * slots)
 
@@ -144,32 +150,32 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
     wg_m = cta_m // max(1, wgs_per_tile) if not separate else tile_m
     mma_eff = wg_n_eff * (0.82 if consumers == 1 else 1.0) * min(1.0, wg_m / 64.0)
     # Several CTAs per SM share its tensor cores: a tile takes per_sm times as long.
-    peak_sm = PEAK_TFLOPS * 1e12 / SM_COUNT / per_sm
+    peak_sm = peak_tflops * 1e12 / sm_count / per_sm
     step_compute = 2.0 * cta_m * cta_n * tile_k / (peak_sm * mma_eff)
     # L2 -> SMEM bytes per K slice, less what the cluster multicasts (A along N, B along M).
     step_bytes = (cta_m * tile_k / cn + cta_n * tile_k / cm) * element_bytes
     busy = min(tiles, slots)
-    step_memory = step_bytes * busy / L2_BYTES_PER_S
+    step_memory = step_bytes * busy / l2_bytes_per_s
     step_latency = LOAD_LATENCY_S / max(1, stages - 1)
     # Compulsory HBM traffic (each operand and D once), spread over every tile's K slices:
     # the busy tiles' share of it per slice. It bounds a skinny or short-K problem, and a
     # schedule's fixed costs (fill, epilogue, reduction, launch) add to it rather than hide
     # under it, which is what orders schedules that all stream at the HBM roof.
     hbm_bytes = (m * k + n * k + m * n) * element_bytes
-    step_hbm = hbm_bytes / (tiles * k_steps) * busy / HBM_BYTES_PER_S
+    step_hbm = hbm_bytes / (tiles * k_steps) * busy / hbm_bytes_per_s
     step = max(step_compute, step_memory, step_latency, step_hbm)
-    epilogue = cta_m * cta_n * element_bytes * busy / HBM_BYTES_PER_S
+    epilogue = cta_m * cta_n * element_bytes * busy / hbm_bytes_per_s
     # Swapped, a direct epilogue's stores run down D's columns: uncoalesced.
     epilogue *= 1.0 if tma_store else (4.0 if genes.get("swap_ab") is True else 1.6)
     fill = LOAD_LATENCY_S
     rounds = math.ceil(waves)
-    if persistent and genes.get("stream_k") is True and tiles % SM_COUNT:
+    if persistent and genes.get("stream_k") is True and tiles % sm_count:
         # Stream-K: the last partial wave and one full wave before it are shared evenly
         # by one CTA per SM, at the price of a piece's pipeline fill and a partial tile
         # handed over through L2 (written once, read once) per CTA.
-        dp_rounds = max(0, tiles // SM_COUNT - 1)
-        share = (tiles - dp_rounds * SM_COUNT) * k_steps / SM_COUNT
-        handover = 2 * cta_m * cta_n * 4 * busy / L2_BYTES_PER_S
+        dp_rounds = max(0, tiles // sm_count - 1)
+        share = (tiles - dp_rounds * sm_count) * k_steps / sm_count
+        handover = 2 * cta_m * cta_n * 4 * busy / l2_bytes_per_s
         units = math.ceil(share / k_steps) + 1  # the tiles a CTA's run touches
         total = ((dp_rounds * k_steps + share) * step + (dp_rounds + 2) * 0.5 * epilogue
                  + 2 * fill + handover + units * STREAM_K_UNIT_S + LAUNCH_S)
@@ -181,8 +187,8 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
     if split > 1:
         # Per tile, the cluster's handshake and the fp32 partials summed through DSMEM.
         total += rounds * (SPLIT_SYNC_S + (split - 1) * cta_m * cta_n * 4 / DSMEM_BYTES_PER_S)
-    total = max(total, hbm_bytes / HBM_BYTES_PER_S)
-    ideal = 2.0 * m * n * k / (PEAK_TFLOPS * 1e12)
+    total = max(total, hbm_bytes / hbm_bytes_per_s)
+    ideal = 2.0 * m * n * k / (peak_tflops * 1e12)
     return Estimate(total / ideal, {
         "waves": waves, "wave_eff": wave_eff, "per_sm": float(per_sm), "mma_eff": mma_eff,
         "compute_bound": float(step == step_compute), "latency_bound": float(step == step_latency),
@@ -193,13 +199,15 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
     })
 
 
-def analytical_log(genes: Mapping[str, Any], sizes: Mapping[str, int]) -> float:
+def analytical_log(genes: Mapping[str, Any], sizes: Mapping[str, int],
+                   device: DeviceProfile | None = None) -> float:
     """log of :func:`gemm_estimate`'s relative time, 0.0 where it makes none."""
-    estimate = gemm_estimate(genes, sizes)
+    estimate = gemm_estimate(genes, sizes, device=device)
     return math.log(estimate.relative) if estimate is not None else 0.0
 
 
-def features(genes: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, float]:
+def features(genes: Mapping[str, Any], sizes: Mapping[str, int],
+             device: DeviceProfile | None = None) -> dict[str, float]:
     """A flat numeric description of a candidate: every gene (a number as itself and its
     log2, a flag as 0/1, any other value one-hot as ``name=value``) and the analytical
     terms (``est.*``)."""
@@ -214,7 +222,7 @@ def features(genes: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, fl
             out[name] = value
         else:
             out[f"{name}={value}"] = 1.0
-    estimate = gemm_estimate(genes, sizes)
+    estimate = gemm_estimate(genes, sizes, device=device)
     if estimate is not None:
         out["est.log"] = math.log(estimate.relative)
         for key, value in estimate.terms.items():
@@ -286,8 +294,11 @@ class CostModel:
     measures (see the module doc). ``fit`` on (genes, value) pairs; ``predict`` a batch."""
 
     def __init__(self, sizes: Mapping[str, int] | None = None, min_fit: int = MIN_FIT,
-                 rounds: int = 60, rate: float = 0.3) -> None:
+                 rounds: int = 60, rate: float = 0.3,
+                 device: DeviceProfile | None = None) -> None:
         self.sizes = dict(sizes or {})
+        self.device = device
+        """The GPU its estimates are for (None: :data:`DEFAULT_DEVICE`)."""
         self.min_fit = min_fit
         self.rounds = rounds
         self.rate = rate
@@ -297,10 +308,10 @@ class CostModel:
         self.fitted = 0
 
     def _analytical(self, genes: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        return np.array([analytical_log(g, self.sizes) for g in genes])
+        return np.array([analytical_log(g, self.sizes, self.device) for g in genes])
 
     def _matrix(self, genes: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        rows = [features(g, self.sizes) for g in genes]
+        rows = [features(g, self.sizes, self.device) for g in genes]
         x = np.zeros((len(rows), len(self.columns)))
         index = {c: i for i, c in enumerate(self.columns)}
         for r, row in enumerate(rows):
@@ -331,7 +342,7 @@ class CostModel:
         self.line = (intercept, slope)
         names: dict[str, None] = {}
         for g in gs:
-            names.update(dict.fromkeys(features(g, self.sizes)))
+            names.update(dict.fromkeys(features(g, self.sizes, self.device)))
         self.columns = sorted(names)
         x = self._matrix(gs)
         self.stumps = fit_stumps(x, y - (intercept + slope * a), self.rounds, self.rate)

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from tsopt.build.builder import WORKER_FAILED_TWICE
+from tsopt.core.devices import DeviceProfile, default_profile
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.records import BuildResult, Measurement, Verdict
@@ -244,14 +245,21 @@ class Driver:
         # search of seconds to minutes would hold up the builds and leave the GPU idle: they
         # get predictions (no search not already memoised); their workers verify in full.
         self.predict = predicting_judge(space, self.verdicts)
-        self.name = request.study_name()
+        # The GPU builds are made for: its SMs set the persistent grids, stream-K's layout,
+        # the cost model's waves and the cache key; chosen before anything is judged or built.
+        self.device, self.device_note = self._choose_device()
+        space.device = self.device
+        self.console.print(f"device: {self.device.describe()}: {self.device_note}",
+                           highlight=False)
+        self.name = request.study_name(self.device)
         # Optuna's side of the database first: one it cannot use must not leave a study behind.
         self.store.optuna_storage().engine.dispose()
         info = self.store.create_or_get_study(
             self.name, space.name, request.problem, request.arch, request.sampler,
             {"trials": request.trials, "time_budget_s": request.time_budget_s,
              "seed": request.seed, "knobs": list(request.knobs),
-             "library": request.library_mode},
+             "library": request.library_mode,
+             "device": {"id": self.device.id, "sm_count": self.device.sm_count}},
             launch=request.launch,
         )
         self.launch = info.launch  # every measurement of the study is timed in its mode
@@ -264,6 +272,15 @@ class Driver:
                 f"study {self.name!r} was run with knob restrictions {recorded_knobs or 'none'}; "
                 f"this run asks for {list(request.knobs) or 'none'}: Optuna cannot change a "
                 "parameter's choices within a study; pass --study NAME for a new one")
+        recorded_device = info.config.get("device") or {"id": default_profile(request.arch).id,
+                                                        "sm_count": default_profile(
+                                                            request.arch).sm_count}
+        if trials and recorded_device.get("sm_count") != self.device.sm_count:
+            raise UserInputError(
+                f"study {self.name!r} was built for {recorded_device.get('id')} "
+                f"({recorded_device.get('sm_count')} SMs); this run targets "
+                f"{self.device.describe()}: its kernels would be another GPU's; pass --study "
+                "NAME for a new one (or --device for the study's GPU)")
         if info.status == "killed":
             when = f"{info.killed_at:%Y-%m-%d %H:%M:%S %Z}" if info.killed_at else "an unknown time"
             self.console.print(f"study {self.name} was killed (its last run was last heard of "
@@ -371,6 +388,61 @@ class Driver:
         self.console.print(
             f"warm start: {count} genome{'s' if count != 1 else ''} from "
             + ", ".join(f"{name} (distance {d:.2f})" for d, name in sources), highlight=False)
+
+    def _choose_device(self) -> tuple[DeviceProfile, str]:
+        """The device profile this run builds for, and why: ``--device``; else the GPU that
+        measures here (torch's name and SM count: a MIG slice or an unknown part gets a
+        profile derived from its SMs); else the arch's default. ``--device`` with a GPU of
+        another SM count measuring here is refused (the loader would refuse every kernel)."""
+        from tsopt.core.devices import known_profiles, profile_for_gpu
+
+        request = self.request
+        chosen = request.profile()
+        gpu = self._measuring_gpu()
+        if chosen is not None:
+            if gpu is not None and int(gpu["sm_count"]) != chosen.sm_count:
+                raise UserInputError(
+                    f"--device {chosen.id} has {chosen.sm_count} SMs but the GPU measuring "
+                    f"here ({gpu['name']}) has {gpu['sm_count']}: drop --device, or build "
+                    "for it where no GPU measures (a bundle for that GPU)")
+            return chosen, "chosen with --device"
+        if gpu is not None:
+            found = profile_for_gpu(str(gpu["name"]), int(gpu["sm_count"]), request.arch)
+            how = (f"derived from its {found.sm_count} SMs (no known profile of that name "
+                   "and SM count: a MIG or MPS slice, or an unknown part)"
+                   if found.derived else "its known profile")
+            return found, f"the GPU that measures ({gpu['name']}, {gpu['sm_count']} SMs), {how}"
+        default = default_profile(request.arch)
+        return default, (f"the {request.arch} default, as no GPU measures here (--device NAME "
+                         f"builds for another: {known_profiles(request.arch)})")
+
+    def _measuring_gpu(self) -> dict[str, Any] | None:
+        """The first GPU that will measure on this machine, as torch sees it, or None (no GPU,
+        ``--measure never``, a Ray cluster's or an injected measurer). GPUs of two SM counts
+        measuring one study are refused."""
+        request = self.request
+        if (self.injected_measure_pool is not None or request.ray_address
+                or request.measure == "never"):
+            return None
+        from tsopt.workers.gpus import measuring_gpus
+        from tsopt.workers.machine import gpu_identities, gpu_present
+
+        if not gpu_present():
+            return None
+        found, why = gpu_identities()
+        if not found:
+            self.console.print(f"device: {why}; builds take the {request.arch} default",
+                               highlight=False)
+            return None
+        indices = [d if d is not None else 0 for d in measuring_gpus(request.gpus, len(found))]
+        chosen = [g for g in found if g.get("index") in indices] or found[:1]
+        counts = sorted({int(g["sm_count"]) for g in chosen})
+        if len(counts) > 1:
+            raise UserInputError(f"the GPUs measuring here have {counts} SMs: one study builds "
+                                 "for one SM count; pick GPUs of one kind (CUDA_VISIBLE_DEVICES"
+                                 " or --gpus)")
+        first: dict[str, Any] = dict(chosen[0])
+        return first
 
     def _start_workers(self) -> None:
         request = self.request
@@ -513,6 +585,8 @@ class Driver:
             return EXIT_INTERRUPTED
         print_summary(self.console, self.store, self.name, self.stats,
                       self.measure_pool is not None, self.bundle_dir, seconds)
+        self.console.print(f"built for {self.device.describe()}: {self.device_note}",
+                           highlight=False)
         # A run whose proposals were all rejected did its job; one that built nothing valid not.
         return 1 if self.stats.valid and not self.stats.built else 0
 
@@ -784,7 +858,7 @@ class Driver:
             searches = self._known_searches(job.genome)
         self.pool.submit(job, EvaluateRequest(
             space_target=self.target, genome_json=job.genome.to_json(),
-            problem=request.problem.to_dict(), arch=request.arch,
+            problem=request.problem.to_dict(), arch=request.arch, device=self.device.id,
             cache_dir=str(Path(request.cache_dir).resolve()), known_ts=known_ts,
             known_verdict=judged.to_dict() if judged is not None else None,
             known_searches=searches))
@@ -880,7 +954,7 @@ class Driver:
             genome_hash=job.genome.hash, problem_key=problem.key, arch=self.request.arch,
             status="error", error=why,
             cache_key=cache_key(job.genome, problem, self.request.arch,
-                                self.space.source_digest()))
+                                self.space.source_digest(), self.device))
         self.store.record_build(job.candidate_id, build)
         job.build = build
         self.stats.build_failed += 1

@@ -577,6 +577,7 @@ def _evolve_sampler_class() -> type:
             self.evolution.complete = space_completer(space, problem, self.view)
             self.evolution.couple = space.coupled
             self.evolution.model.sizes = dict(problem.sizes)
+            self.evolution.model.device = space.device  # waves over the target GPU's SMs
             if legal is None:
                 legal = declared_legal(space, problem)
             self.evolution.legal = legal

@@ -57,6 +57,9 @@ class EvaluateRequest:
     # Build in a child process of its own (under the memory limit, an abort contained); a Ray
     # task builds in its worker instead, which Ray replaces when it dies.
     isolate_build: bool = True
+    # The device profile's id (tsopt.core.devices) the verdict and the build are for; "":
+    # the arch's default.
+    device: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,7 +149,10 @@ def evaluate(request: EvaluateRequest) -> Evaluation:
 
     start = time.perf_counter()
     cpu_start = _cpu_seconds()
+    from tsopt.core.devices import resolve_profile
+
     space = load_space(request.space_target)
+    space.device = resolve_profile(request.device or None, request.arch)
     genome = Genome.from_json(request.genome_json)
     problem = Problem.from_dict(request.problem)
     cache = _VERDICTS.setdefault(request.space_target, VerdictCache())
@@ -178,7 +184,7 @@ def evaluate(request: EvaluateRequest) -> Evaluation:
     if verdict.valid and request.build:
         builder = build_isolated if request.isolate_build else build_limited
         build = builder(space, genome, problem, request.arch, Path(request.cache_dir),
-                        build_memory_limit())
+                        build_memory_limit(), space.device)
         if not build.cache_hit:
             seconds.update(compile=build.compile_seconds, export=build.export_seconds,
                            link=build.link_seconds)
@@ -231,12 +237,14 @@ class CandidatePipeline:
     def build(self, candidate_id: int, genome: Genome) -> BuildResult:
         from tsopt.build.builder import build_candidate, cache_key
 
-        key = cache_key(genome, self.problem, self.arch, self.space.source_digest())
+        key = cache_key(genome, self.problem, self.arch, self.space.source_digest(),
+                        self.space.device)
         known = self.store.find_build(key)
         if (known is not None and known.ok and known.artifact_dir
                 and Path(known.artifact_dir).exists()):
             result = BuildResult(**{**known.to_dict(), "cache_hit": True})
         else:
-            result = build_candidate(self.space, genome, self.problem, self.arch, self.cache_dir)
+            result = build_candidate(self.space, genome, self.problem, self.arch, self.cache_dir,
+                                     device=self.space.device)
         self.store.record_build(candidate_id, result)
         return result

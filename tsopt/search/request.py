@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tsopt.core.devices import check_fits
+from tsopt.core.devices import DeviceProfile, check_fits, default_profile, get_profile
 from tsopt.core.errors import UserInputError
 from tsopt.core.names import check_study_name
 from tsopt.core.problem import Problem, ProblemError
@@ -73,6 +73,9 @@ class TuneRequest:
     # The launch mode measurements are timed in (tsopt.core.records.LAUNCH_MODES); None: a
     # resumed study's own, DEFAULT_LAUNCH ("graph") for a new one.
     launch: str | None = None
+    device: str | None = None
+    """The GPU profile builds are made for (``tsopt.core.devices``: ``H100_PCIE``); None: the
+    GPU that measures, else the arch's default (the driver says which it took)."""
 
     @property
     def library_mode(self) -> str:
@@ -83,25 +86,37 @@ class TuneRequest:
             return LIBRARY_OFF
         return LIBRARY_EXCLUDE_SELF if self.library_exclude_self else LIBRARY_ON
 
-    def study_name(self) -> str:
-        """Default: space, problem and arch, e.g. ``copy-fp16-4096x4096-sm_90a``."""
+    def study_name(self, device: DeviceProfile | None = None) -> str:
+        """Default: space, problem and arch, e.g. ``copy-fp16-4096x4096-sm_90a``, then the
+        device profile's id when it is not the arch's default (``...-sm_90a-H100_PCIE``):
+        studies for two GPUs never share trials."""
         if self.study:
             return self.study
         key = self.problem.key
         if key.startswith(f"{self.space}-"):
             key = key[len(self.space) + 1:]
-        return f"{self.space}-{key}-{self.arch}"
+        if device is None and self.device:
+            device = self.profile()
+        suffix = f"-{device.id}" if device is not None and device != default_profile(
+            self.arch) else ""
+        return f"{self.space}-{key}-{self.arch}{suffix}"
+
+    def profile(self) -> DeviceProfile | None:
+        """The profile ``--device`` names (None without one); UserInputError listing the known
+        ones for an unknown name or one of another arch."""
+        return get_profile(self.device, self.arch) if self.device else None
 
     def validate(self) -> None:
         """Raises UserInputError naming the first bad value."""
         if not re.fullmatch(r"sm_[0-9]+[a-z]?", self.arch):
             raise UserInputError(f"--arch {self.arch!r} is not a GPU architecture like sm_90a")
+        device = self.profile()
         if not 0 <= self.seed < 2**32:
             raise UserInputError(f"--seed {self.seed} must lie in 0..{2**32 - 1}")
         # A study name lands in paths (.tsopt/bundles/<study>): a name, never a path.
         check_study_name(self.study_name(), "--study" if self.study else "study name")
         try:
-            check_fits(self.problem, self.arch)
+            check_fits(self.problem, self.arch, device)
         except ProblemError as exc:
             raise UserInputError(str(exc)) from None
         if self.trials is not None and self.trials < 1:

@@ -731,12 +731,17 @@ def judged_key(space: SearchSpace, genome: Genome, problem: Problem,
                domain: int | None = None) -> JudgedKey:
     """The key a whole verdict of ``genome`` is memoised under (a domain other than the
     space's own is part of the problem key)."""
+    from tsopt.core.devices import default_profile
     from tsopt.core.dsl_env import DEFAULT_ARCH
 
     problem_key = problem.key if domain is None else f"{problem.key}|domain={domain}"
     problem_key += _bound_suffix(name_default=False)
-    return JudgedKey(space.name, genome.hash, problem_key,
-                     os.environ.get("CUTE_DSL_ARCH") or DEFAULT_ARCH, verifier_version(space))
+    arch = os.environ.get("CUTE_DSL_ARCH") or DEFAULT_ARCH
+    # tsopt's checks read the SM count (stream-K's waves); the default's verdicts keep the
+    # key they had before device profiles existed.
+    sms = space.target_device().sm_count
+    target = arch if sms == default_profile(arch).sm_count else f"{arch}/{sms}SM"
+    return JudgedKey(space.name, genome.hash, problem_key, target, verifier_version(space))
 
 
 def verdict_cache_key(
