@@ -156,8 +156,9 @@ def verify(
     A genome whose genes do not fit its space (a wrong kind, out of range, not a choice) is
     bad input (exit 2, the gene named); a schedule the checks reject exits 1."""
     with _Guard():
-        from tsopt.core.genome import MAX_GENOME_BYTES, Genome
-        from tsopt.core.registry import problem_for
+        from tsopt.core.devices import check_fits
+        from tsopt.core.genome import MAX_GENOME_BYTES, Genome, GenomeError
+        from tsopt.core.registry import get_space, problem_for
         from tsopt.verify.verifier import check_genome_schema, verify_genome
 
         try:
@@ -170,10 +171,15 @@ def verify(
         except UnicodeDecodeError as exc:
             raise UserInputError(f"genome file {str(genome_file)!r} is not text ({exc.reason} at "
                                  f"byte {exc.start})") from None
-        genome = Genome.from_json(text)
+        try:
+            genome = Genome.from_json(text)
+        except GenomeError as exc:
+            raise UserInputError(f"genome file {str(genome_file)!r}: {exc}") from None
         if domain is not None and domain < 1:
             raise UserInputError(f"--domain {domain} must be at least 1")
         target = problem_for(problem, genome.space)
+        # The same answer as `tune` for a problem no GPU of the space's arch can hold.
+        check_fits(target, get_space(genome.space).archs[0])
         check_genome_schema(genome, target)
         verdict = verify_genome(genome, target, domain=domain)
     if verdict.valid:

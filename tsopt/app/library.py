@@ -58,6 +58,7 @@ from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, ProblemError, parse_problem_spec
 from tsopt.core.records import TsSearch
+from tsopt.core.strict_json import JsonInputError, strict_loads
 from tsopt.search.library import (
     LibraryEntry,
     entries_from_store,
@@ -74,8 +75,8 @@ from tsopt.search.ts_memo import write_memo
 def _read(path: Path) -> Any:
     try:
         raw = lzma.open(path).read() if path.suffix == ".xz" else path.read_bytes()
-        return json.loads(raw)
-    except (OSError, lzma.LZMAError, json.JSONDecodeError) as exc:
+        return strict_loads(raw)
+    except (OSError, lzma.LZMAError, UnicodeDecodeError, JsonInputError) as exc:
         raise UserInputError(f"--evidence {path}: not readable JSON ({exc})") from None
 
 

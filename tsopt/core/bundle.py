@@ -70,6 +70,7 @@ from tsopt.core.genome import Genome, GenomeError
 from tsopt.core.names import check_study_name
 from tsopt.core.problem import Problem, ProblemError
 from tsopt.core.records import Measurement
+from tsopt.core.strict_json import JsonInputError, strict_loads
 
 BUNDLE_FORMAT = "tsopt-bundle"
 RESULTS_FORMAT = "tsopt-bundle-results"
@@ -294,12 +295,9 @@ def _load_json(path: Path, what: str) -> Any:
         raise BundleError(f"{path} is corrupted: not text ({exc.reason} at byte {exc.start}); "
                           f"{what}") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BundleError(
-            f"{path} is corrupted: not valid JSON ({exc.msg} at line {exc.lineno} column "
-            f"{exc.colno}); {what}"
-        ) from None
+        return strict_loads(text)
+    except JsonInputError as exc:
+        raise BundleError(f"{path} is corrupted: {exc}; {what}") from None
 
 
 def _require(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:

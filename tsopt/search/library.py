@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, ProblemError
+from tsopt.core.strict_json import JsonInputError, strict_loads
 from tsopt.search.warm_start import enqueue_genomes, shape_distance
 
 if TYPE_CHECKING:
@@ -133,8 +134,8 @@ def load_library(path: Path | str | None = None) -> list[LibraryEntry]:
     if not where.exists():
         return []
     try:
-        doc = json.loads(where.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        doc = strict_loads(where.read_text())
+    except (OSError, UnicodeDecodeError, JsonInputError) as exc:
         raise UserInputError(f"seed library {where}: not readable JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise UserInputError(f"seed library {where}: not a {FORMAT} file")
