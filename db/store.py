@@ -44,6 +44,7 @@ from tsopt.core.records import MEASURE_STATUSES, BuildResult, Measurement, TsSea
 from tsopt.core.space import JudgedKey
 from tsopt.db import queries
 from tsopt.db.engine import (
+    allow_wal,
     database_lock,
     display_url,
     is_database_failure,
@@ -54,7 +55,7 @@ from tsopt.db.engine import (
     unusable,
     write_engine,
 )
-from tsopt.db.migrate import ensure_optuna_schema, schema_problems, upgrade
+from tsopt.db.migrate import ensure_optuna_schema, foreign_tables, schema_problems, upgrade
 from tsopt.db.models import (
     BUILD_STATUSES,
     ORIGINS,
@@ -150,6 +151,14 @@ class Store:
         self._parsed = parse_url(url)
         self._engine = open_engine(url)
         try:
+            with self._engine.connect() as conn:
+                foreign = foreign_tables(conn)
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+                raise DatabaseUnusable(
+                    f"database {self._where()} belongs to another program: it holds tables "
+                    f"tsopt did not make ({shown}) and none of tsopt's; it was left as it "
+                    "was: pass --db to a new file for tsopt")
             upgrade(self._engine)
             with self._engine.connect() as conn:
                 problems = schema_problems(conn, optuna=False)
@@ -169,6 +178,7 @@ class Store:
                 f"{problems[0]}{more}; it was altered by hand or by another program: restore "
                 "it from a backup, or pass --db to another database (`tsopt db check` lists "
                 "every difference)")
+        allow_wal(self._engine)
         self._read = sessionmaker(self._engine, expire_on_commit=False)
         self._write_sessions = sessionmaker(write_engine(self._engine), expire_on_commit=False)
         self._local = threading.local()
