@@ -690,7 +690,11 @@ def timing_impossible(key: str, value: float, problem: Problem, arch: str) -> st
 
 
 _CONSISTENT = 1e-6  # the same formula on both sides: only the last digits may differ
-_RATIO_SLACK = 0.25  # a paired ratio (median of per-round ratios) vs the ratio of medians
+_RATIO_FACTOR = 1.5
+"""How far a paired ratio (the median of per-round ratios) may lie from the ratio of the two
+medians: within 0.8 % over 1,214 correct H200 timings (bench/tune_gpu/results-round10,
+bench/copy_h200); a loaded CPU (the simulated device) strays further. A ratio edited to claim half again the
+speed the times show is refused."""
 
 
 def measurement_physics(m: Measurement, problem: Problem, arch: str) -> str | None:
@@ -728,7 +732,7 @@ def measurement_physics(m: Measurement, problem: Problem, arch: str) -> str | No
         if not m.ratio_lo <= m.ratio <= m.ratio_hi:
             return (f"ratio {m.ratio!r} lies outside its own interval "
                     f"[{m.ratio_lo!r}, {m.ratio_hi!r}]")
-    if abs(m.ratio - of_medians) > _RATIO_SLACK * of_medians:
+    if not of_medians / _RATIO_FACTOR <= m.ratio <= of_medians * _RATIO_FACTOR:
         return (f"ratio {m.ratio!r} disagrees with the times: the baseline's "
                 f"{m.baseline_median_us!r} µs over the median's {m.median_us!r} µs is "
                 f"{of_medians:.4g}")
