@@ -111,6 +111,8 @@ def allow_wal(engine: Engine) -> None:
     """Let ``engine``'s SQLite connections switch the file to WAL from now on (the store
     calls it once the database has passed its checks); pooled connections are closed, so the
     next one switches."""
+    if engine.dialect.name != "sqlite" or is_sqlite_memory(engine.url):
+        return  # no journal to switch; and disposing would drop an in-memory database
     _WAL_ALLOWED.add(engine)
     engine.dispose()
 

@@ -318,7 +318,8 @@ def test_a_run_killed_after_recording_a_measurement_is_told_without_measuring_ag
     pool = SyntheticMeasurePool()
     driver = Driver(first, quiet(), measure_pool=pool)
     assert driver.run() == 0
-    assert genome.hash not in pool.measured and len(pool.measured) == 2  # the seed + trial 1
+    # The seed obeys the knobs: it is trial 1's genome, measured once.
+    assert genome.hash not in pool.measured and len(pool.measured) == 1
     told = {t.number: t for t in optuna_trials(url, first.study_name())}
     assert told[trial.number].state == TrialState.COMPLETE and told[trial.number].value == 7.5
     with Store(url) as store:
@@ -564,7 +565,8 @@ def test_a_measuring_actor_that_cannot_measure_sends_the_rest_to_the_bundle(
                     measure_pool=RayMeasurePool(1, gpus_per_actor=0))
     assert driver.run() == 0
     assert "measuring stopped" in console.file.getvalue()  # type: ignore[attr-defined]
-    assert driver.measure_pool is None and driver.stats.awaiting == 3  # the seed + 2 trials
+    # The seed obeys the knobs: it is one of the 2 trials' genomes.
+    assert driver.measure_pool is None and driver.stats.awaiting == 2
     with Store(url) as store:
         assert all(not c.measurements for c in store.candidates(driver.name))
 

@@ -221,7 +221,7 @@ def ingest(
     bundle: Path = typer.Argument(..., help="A measured bundle directory."),
     db: str = typer.Option(DEFAULT_DB, help=DB_HELP),
 ) -> None:
-    """Record a measured bundle's results in the database and tell the study."""
+    """Record a measured bundle's results in the database that built it, and tell the study."""
     with _Guard(db):
         from tsopt.app.ingest import ingest_bundle
 

@@ -33,7 +33,15 @@ candidate, the checksums of the files that were measured (``measured_files``), w
 those the manifest lists. A mismatch names the file.
 
 Results are checked as well as parsed: a correct (``ok``) timing has finite, positive times
-(p10 <= median <= p90) on a device the results name; a failed one has no times.
+(p10 <= median <= p90) on a device the results name; a failed one has no times. Checked against
+the manifest's problem and arch, a correct timing must also be physically possible
+(:func:`measurement_physics`): every figure a measuring worker writes is there (rate, ratio,
+the baseline's time and rate), each time lies between the arch's roofline (:data:`CEILINGS`)
+and a minute, the rate is the one its median gives and the ratio agrees with the baseline's
+time. The checksums say a file is the one tsopt wrote, not that tsopt wrote it: whoever edits
+a bundle can write them again, so ingest also checks each artifact against the checksums its
+database recorded at build time (:mod:`tsopt.app.ingest`), and what the manifest does not
+list is refused (:func:`check_listing`).
 
 ``baselines`` holds the first baseline timing of each measuring session (ingest records it);
 ``baseline_timings`` every timing of the run (a measuring worker times the baseline when it
