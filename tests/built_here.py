@@ -10,6 +10,7 @@ device says "simulated device": they test what is checked and recorded, never an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -43,16 +44,19 @@ def record_built(store: Store, study: str, problem: Problem, built: Iterable[tup
     return ids
 
 
-def timed(genome: Genome, problem: Problem, median_us: float = 25.0, *,
+def timed(genome: Genome, problem: Problem, median_us: Any = 25.0, *,
           baseline_us: float = 21.0, **changes: Any) -> Measurement:
     """A correct timing of ``genome`` as the measuring side writes it (``changes`` override)."""
-    rate, unit = expected_rate(problem, median_us)
+    usable = isinstance(median_us, int | float) and math.isfinite(median_us) and median_us > 0
+    # A broken median (the bad-input cases) gets no derived figures: its own check names it.
+    rate, unit = expected_rate(problem, median_us) if usable else (None, "GB/s")
     doc: dict[str, Any] = dict(
         genome_hash=genome.hash, problem_key=problem.key, status="ok", median_us=median_us,
-        p10_us=median_us * 0.96, p90_us=median_us * 1.04, runs=50, rate=rate, rate_unit=unit,
+        p10_us=median_us * 0.96 if usable else None,
+        p90_us=median_us * 1.04 if usable else None, runs=50, rate=rate, rate_unit=unit,
         rel_err=0.0, baseline_name="torch.copy_" if problem.op == "copy" else "torch.matmul",
         baseline_median_us=baseline_us, baseline_rate=expected_rate(problem, baseline_us)[0],
-        ratio=baseline_us / median_us, device=SIMULATED)
+        ratio=baseline_us / median_us if usable else None, device=SIMULATED)
     doc.update(changes)
     return Measurement(**doc)
 
