@@ -550,3 +550,49 @@ def test_tune_builds_the_seed_with_the_fixed_knob(tmp_path: Path,
     with Store(db) as store:
         seeds = [c for c in store.candidates("copy-fp16-256x512-sm_90a") if c.origin == "seed"]
     assert len(seeds) == 1 and seeds[0].genome["stages"] == 2
+
+
+def test_a_measurement_an_older_tsopt_ingested_without_rate_or_ratio_still_exports(
+    tmp_path: Path,
+) -> None:
+    """Nothing recorded is lost: a correct timing without rate and ratio (which ingest now
+    refuses, and an older tsopt let in) still ranks, and its export's header shows the figures
+    missing instead of crashing with a TypeError."""
+    from tsopt.app.export import _header_text
+
+    db = f"sqlite:///{tmp_path / 'old.db'}"
+    g = genomes()[0]
+    with Store(db) as store:
+        ids = record_built(store, STUDY, PROBLEM, [(g, artifact(tmp_path, g))])
+        store.record_measurement(ids[g.hash], timed(g, PROBLEM, 25.0, rate=None, ratio=None),
+                                 "older-tsopt")
+        ranked = store.ranked(STUDY)
+        info = store.get_study(STUDY)
+    assert info is not None and [r.genome_hash for r in ranked] == [g.hash]
+    header = _header_text(info, ranked[0], 1)
+    assert "(not recorded) GB/s, (not recorded)x torch.copy_" in header
+
+
+@pytest.mark.parametrize("alter, says", [
+    ("ALTER TABLE tsopt_candidate DROP COLUMN origin", "has no column 'origin'"),
+    ("UPDATE tsopt_alembic_version SET version_num = '9999'", "newer tsopt"),
+])
+def test_a_tsopt_database_refused_is_not_switched_to_wal_first(
+    tmp_path: Path, alter: str, says: str,
+) -> None:
+    """WAL is a lasting property of the file: it is switched on only once the database passed
+    its checks, so a refused one keeps its journal mode and its bytes."""
+    path = tmp_path / "tsopt.db"
+    with Store(f"sqlite:///{path}") as store:
+        record_built(store, STUDY, PROBLEM, [])
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.execute(alter)
+    conn.commit()
+    conn.close()
+    before = digest(path)
+    refused(EXIT_DATABASE, says, "report", "--db", f"sqlite:///{path}")
+    assert digest(path) == before
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    conn.close()
