@@ -131,8 +131,10 @@ def load_library(path: Path | str | None = None) -> list[LibraryEntry]:
     """The entries of the library at ``path`` (:func:`library_path`); none when the file does
     not exist. Raises UserInputError naming the file and the first bad entry."""
     where = library_path(path)
-    if not where.exists():
+    if not where.exists() and not where.is_symlink():
         return []
+    if not where.is_file():  # a directory, a pipe (its read would never end), a broken link
+        raise UserInputError(f"seed library {where}: not a plain file")
     try:
         doc = strict_loads(where.read_text())
     except (OSError, UnicodeDecodeError, JsonInputError) as exc:
