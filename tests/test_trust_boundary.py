@@ -541,14 +541,22 @@ def test_a_fixed_knob_holds_for_the_seed(space_name: str, spec: str, fixed: str)
 @pytest.mark.slow
 def test_tune_builds_the_seed_with_the_fixed_knob(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real driver, one build: the seed candidate recorded has the --knob's value."""
+    """The real driver, one build: the seed candidate recorded has the --knob's value, and the
+    bundle it wrote is one its database recorded."""
     monkeypatch.chdir(tmp_path)
     db = f"sqlite:///{tmp_path / 't.db'}"
     code, _, err = cli("tune", "copy", "--rows", "256", "--cols", "512", "--built", "1",
                        "--knob", "stages=2", "--db", db)
     assert code == 0, err
+    from tsopt.app.ingest import check_provenance
+    from tsopt.core.bundle import read_manifest
+
+    manifest = read_manifest(tmp_path / ".tsopt" / "bundles" / "copy-fp16-256x512-sm_90a")
     with Store(db) as store:
         seeds = [c for c in store.candidates("copy-fp16-256x512-sm_90a") if c.origin == "seed"]
+        # The real driver recorded each build's checksums: its own bundle passes the check.
+        assert set(check_provenance(store, manifest)) == {c.genome_hash for c in
+                                                          manifest.candidates}
     assert len(seeds) == 1 and seeds[0].genome["stages"] == 2
 
 
