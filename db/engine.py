@@ -3,7 +3,9 @@
 SQLite is the default database and several processes share it (a tuning run
 writes while a dashboard or a report reads), so every SQLite connection gets
 WAL journalling (readers never block the writer), a busy timeout (a second
-writer waits instead of failing) and foreign keys. pysqlite's own implicit
+writer waits instead of failing) and foreign keys. WAL is a lasting property of
+the file, so it is switched on only once the store has found the database to be
+tsopt's and usable (:func:`allow_wal`): a refused database is left as it was. pysqlite's own implicit
 transactions break SAVEPOINT and begin too late, so the driver is put in
 autocommit mode and the engine emits ``BEGIN`` itself: deferred for reads,
 ``IMMEDIATE`` for writes, so that a read-then-write transaction takes the
@@ -26,6 +28,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,13 +104,26 @@ def _enable_wal(cursor: Any) -> None:
             time.sleep(0.02)
 
 
+_WAL_ALLOWED: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def allow_wal(engine: Engine) -> None:
+    """Let ``engine``'s SQLite connections switch the file to WAL from now on (the store
+    calls it once the database has passed its checks); pooled connections are closed, so the
+    next one switches."""
+    if engine.dialect.name != "sqlite" or is_sqlite_memory(engine.url):
+        return  # no journal to switch; and disposing would drop an in-memory database
+    _WAL_ALLOWED.add(engine)
+    engine.dispose()
+
+
 def _configure_sqlite(engine: Engine, memory: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        if not memory:
+        if not memory and engine in _WAL_ALLOWED:
             _enable_wal(cursor)
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()

@@ -129,6 +129,15 @@ def schema_problems(connection: Connection, optuna: bool = True) -> list[str]:
     return problems
 
 
+def foreign_tables(connection: Connection) -> list[str]:
+    """The tables of a database that belongs to another program: it has tables, and tsopt's
+    revision table is not among them (Optuna's alone count too: tsopt makes its own first).
+    Empty when the database is tsopt's or empty."""
+    present = sorted(n for n in inspect(connection).get_table_names()
+                     if not n.startswith("sqlite_"))
+    return [] if not present or VERSION_TABLE in present else present
+
+
 def known_revisions() -> set[str]:
     """Every tsopt schema revision this tsopt knows."""
     return {r.revision for r in ScriptDirectory.from_config(alembic_config()).walk_revisions()}

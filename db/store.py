@@ -30,12 +30,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
+from tsopt.core.bundle import artifact_checksums
 from tsopt.core.errors import DatabaseUnusable, UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.names import check_study_name
@@ -51,6 +53,7 @@ from tsopt.core.records import (
 from tsopt.core.space import JudgedKey
 from tsopt.db import queries
 from tsopt.db.engine import (
+    allow_wal,
     database_lock,
     display_url,
     is_database_failure,
@@ -61,7 +64,7 @@ from tsopt.db.engine import (
     unusable,
     write_engine,
 )
-from tsopt.db.migrate import ensure_optuna_schema, schema_problems, upgrade
+from tsopt.db.migrate import ensure_optuna_schema, foreign_tables, schema_problems, upgrade
 from tsopt.db.models import (
     BUILD_STATUSES,
     ORIGINS,
@@ -145,6 +148,20 @@ def stored_verdict_key(verdict_key: str) -> str:
     return "sha256:" + hashlib.sha256(verdict_key.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class RecordedBuild:
+    """A candidate's build as the database recorded it: ``files`` the {name: sha256} of its
+    artifact's bundled files (None for a build recorded before revision 0006)."""
+
+    candidate_id: int
+    genome_hash: str
+    problem_key: str
+    arch: str
+    status: str
+    artifact_dir: str | None
+    files: dict[str, str] | None
+
+
 class Store:
     """tsopt's database: studies, candidates, the verdict and build caches, measurements.
 
@@ -157,6 +174,14 @@ class Store:
         self._parsed = parse_url(url)
         self._engine = open_engine(url)
         try:
+            with self._engine.connect() as conn:
+                foreign = foreign_tables(conn)
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+                raise DatabaseUnusable(
+                    f"database {self._where()} belongs to another program: it holds tables "
+                    f"tsopt did not make ({shown}) and none of tsopt's; it was left as it "
+                    "was: pass --db to a new file for tsopt")
             upgrade(self._engine)
             with self._engine.connect() as conn:
                 problems = schema_problems(conn, optuna=False)
@@ -176,6 +201,7 @@ class Store:
                 f"{problems[0]}{more}; it was altered by hand or by another program: restore "
                 "it from a backup, or pass --db to another database (`tsopt db check` lists "
                 "every difference)")
+        allow_wal(self._engine)
         self._read = sessionmaker(self._engine, expire_on_commit=False)
         self._write_sessions = sessionmaker(write_engine(self._engine), expire_on_commit=False)
         self._local = threading.local()
@@ -833,6 +859,11 @@ class Store:
             smem_bytes=build.smem_bytes, spill_bytes=build.spill_bytes, error=build.error,
             versions_json=json.dumps(build.versions, sort_keys=True),
         )
+        # What ingest checks a bundle of this build against (a bundle's own manifest is
+        # written by whoever last edited the bundle).
+        files = (artifact_checksums(Path(build.artifact_dir))
+                 if build.ok and build.artifact_dir and Path(build.artifact_dir).is_dir() else {})
+        values["files_json"] = json.dumps(files, sort_keys=True) if files else None
         with self._writing() as session:
             candidate = self._candidate_row(session, candidate_id)
 
@@ -844,7 +875,27 @@ class Store:
             if row.status != "ok" and build.ok:
                 for key, value in values.items():
                     setattr(row, key, value)
+            elif row.files_json is None and row.status == "ok" and files:
+                row.files_json = values["files_json"]  # a build recorded before revision 0006
             candidate.build_id = row.id
+
+    def recorded_build(self, study: str, genome_hash: str) -> RecordedBuild | None:
+        """What this database recorded of the build of ``genome_hash`` in ``study``: None when
+        the study has no such candidate or the candidate no build."""
+        with self._reading() as session:
+            study_row = session.scalar(select(StudyRow).where(StudyRow.name == study))
+            if study_row is None:
+                return None
+            candidate = session.scalar(select(CandidateRow).where(
+                CandidateRow.study_id == study_row.id, CandidateRow.genome_hash == genome_hash))
+            if candidate is None or candidate.build_id is None:
+                return None
+            row = session.get(BuildRow, candidate.build_id)
+            if row is None:
+                return None
+            files = json.loads(row.files_json) if row.files_json is not None else None
+            return RecordedBuild(candidate.id, row.genome_hash, row.problem_key, row.arch,
+                                 row.status, row.artifact_dir, files)
 
     # -- measurements -------------------------------------------------------------------
     def record_measurement(self, candidate_id: int, m: Measurement, run_id: str) -> bool:

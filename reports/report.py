@@ -45,6 +45,34 @@ def _default_out(names: Sequence[str]) -> Path:
     return Path("report-" + "-vs-".join(safe) + ".html")
 
 
+REPORT_MARK = b'<meta name="generator" content="tsopt report">'
+"""The line every report carries near its top (reports/assets/report.html): what tells an
+earlier report, which ``--out`` may replace, from any other file, which it must not."""
+
+
+def check_out(path: Path) -> None:
+    """UserInputError naming ``path`` unless it is free or an earlier tsopt report: a report
+    never replaces a device, a link, a directory or a file it did not write."""
+    if path.is_symlink():
+        raise UserInputError(f"--out {str(path)!r} is a symbolic link; a report is written "
+                             "only to a new file or over an earlier report")
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise UserInputError(f"--out {str(path)!r} is not a plain file (a device, a pipe or a "
+                             "socket); a report is written only to a new file or over an "
+                             "earlier report")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as exc:
+        raise UserInputError(f"--out {str(path)!r}: cannot be read ({exc.strerror})") from None
+    if REPORT_MARK not in head:
+        raise UserInputError(f"--out {str(path)!r} already exists and is not a tsopt report; "
+                             "a report replaces only an earlier report: choose another path "
+                             "or remove the file")
+
+
 def _write_atomically(path: Path, text: str) -> None:
     """Write through a temporary file, so a reader never sees half a report."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +121,11 @@ class WrittenReport:
 def write_report(names: Sequence[str], out: Path | None, db_url: str) -> WrittenReport:
     """Write the HTML report of one study (or two side by side); ``out`` a file or a folder
     (default: ``report-<study>.html`` here)."""
+    # Checked before the database is opened: a refused --out touches nothing.
+    path = out if out is not None else _default_out(names)
+    if path.is_dir() and not path.is_symlink():
+        path = path / _default_out(names)
+    check_out(path)
     with open_existing(db_url) as store:
         known = {s.name for s in store.list_studies()}
         for name in names:
@@ -100,10 +133,8 @@ def write_report(names: Sequence[str], out: Path | None, db_url: str) -> Written
                 listed = ", ".join(sorted(known)) or "none"
                 raise UserInputError(f"no study named {name!r}; studies in the database: {listed}")
         document = report_document(store, names, display_url(parse_url(db_url)))
-    path = out if out is not None else _default_out(names)
-    if path.is_dir():
-        path = path / _default_out(names)
     page = render_html(document)
+    check_out(path)  # again: the path may have changed while the report was made
     _write_atomically(path, page)
     timed = [s["funnel"][-1]["count"] for s in document["studies"]]
     return WrittenReport(path, len(page.encode()) / 1024, tuple(zip(names, timed, strict=True)))

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from tests.built_here import record_built, timed
 from tsopt.core.artifact import ArtifactManifest, TensorDesc
 from tsopt.core.bundle import (
     MANIFEST_NAME,
@@ -323,12 +324,22 @@ def _artifact(root: Path, genome: Genome) -> Path:
 
 
 def _measurement(genome: Genome, **changes: Any) -> Measurement:
-    doc: dict[str, Any] = dict(
-        genome_hash=genome.hash, problem_key=PROBLEM.key, status="ok", median_us=25.0,
-        p10_us=24.0, p90_us=26.0, runs=50, rate_unit="GB/s", rel_err=0.0,
-        baseline_name="torch.copy_", baseline_median_us=21.0, device=DEVICE)
-    doc.update(changes)
-    return Measurement(**doc)
+    figures: dict[str, Any] = {"median_us": 25.0, "p10_us": 24.0, "p90_us": 26.0, **changes}
+    return timed(genome, PROBLEM, **figures)
+
+
+def _built_databases(root: Path, genomes: list[Genome]) -> None:
+    """Each bundle's database (``ingest-<bundle>.db``) as `tsopt tune` left it: the study and
+    every candidate's build, its artifact checksums recorded (ingest checks against them)."""
+    from tsopt.db.store import Store
+
+    template = root / "built.db"
+    with Store(f"sqlite:///{template}") as store:
+        record_built(store, STUDY, PROBLEM, [(g, root / "built" / g.hash) for g in genomes])
+    for bundle in sorted((root / "bundles").iterdir()):
+        shutil.copy(template, root / f"ingest-{bundle.name}.db")
+    with Store(f"sqlite:///{root / 'ro' / 'tsopt.db'}") as store:  # made read-only after
+        record_built(store, STUDY, PROBLEM, [(g, root / "built" / g.hash) for g in genomes])
 
 
 def _bundle(root: Path, name: str, genomes: list[Genome], measured: bool = True,
@@ -428,6 +439,7 @@ def _bundles(root: Path) -> None:
         load=(("coords", "try_acquire", "acquire", "commit", "tma_load"), 0, "none"),
         stages=2, box_rows=8, box_cols=128, chunk=1, vector=8)
     _bundle(root, "planted_ts", [missing_commit, genomes[1]])
+    _built_databases(root, [*genomes, bad_schema, missing_commit])
 
 
 def _make_read_only(directory: Path) -> Callable[[], None]:

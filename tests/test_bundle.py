@@ -20,6 +20,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tests.built_here import timed
 from tests.test_watchdog import use_simulated_runner
 from tsopt.app.measure import measure_bundle
 from tsopt.cli import app
@@ -31,6 +32,7 @@ from tsopt.core.bundle import (
     BundleEntry,
     BundleError,
     BundleResults,
+    expected_rate,
     read_manifest,
     read_results,
     with_checksum,
@@ -200,12 +202,14 @@ def test_a_missing_or_swapped_artifact_is_named(tmp_path: Path) -> None:
 
 # -- results -------------------------------------------------------------------------------
 def measurement(g: Genome, status: str = "ok", median_us: float | None = 30.0) -> Measurement:
-    timed = status == "ok"
+    if status == "ok" and median_us is not None:  # every figure a measuring worker writes
+        return timed(g, PROBLEM, median_us, p10_us=median_us, p90_us=median_us)
+    timed_ = status == "ok"
     return Measurement(
         genome_hash=g.hash, problem_key=PROBLEM.key, status=status,  # type: ignore[arg-type]
-        median_us=median_us if timed else None, p10_us=median_us if timed else None,
-        p90_us=median_us if timed else None, runs=50 if timed else 0,
-        rate_unit="GB/s", device="simulated device", error=None if timed else status,
+        median_us=median_us if timed_ else None, p10_us=median_us if timed_ else None,
+        p90_us=median_us if timed_ else None, runs=50 if timed_ else 0,
+        rate_unit="GB/s", device="simulated device", error=None if timed_ else status,
     )
 
 
@@ -278,7 +282,7 @@ class SimulatedDevice(Measurer):
         if problem.key not in self.probes:
             self.probe_count += 1
             base = Baseline(problem.key, "torch.copy_", "simulated device", 21.0, 20.0, 23.0,
-                            self.runs, rate=100.0, rate_unit="GB/s")
+                            self.runs, rate=expected_rate(problem, 21.0)[0], rate_unit="GB/s")
             self._record_baseline(problem.key, Probe(base, {
                 "device": "simulated device", "driver": "none", "cuda": "none", "torch": "none"}))
         return self.probes[problem.key]
@@ -294,9 +298,12 @@ class SimulatedDevice(Measurer):
         runs = self.runs
         return Measurement(genome_hash, problem.key, status,  # type: ignore[arg-type]
                            median_us=25.0 if timed else None, runs=runs if timed else 0,
-                           rate=90.0 if timed else None, rate_unit="GB/s",
+                           rate=expected_rate(problem, 25.0)[0] if timed else None,
+                           rate_unit="GB/s",
                            p10_us=24.0 if timed else None, p90_us=26.0 if timed else None,
-                           ratio=0.84 if timed else None, rel_err=0.0 if timed else None,
+                           ratio=21.0 / 25.0 if timed else None, rel_err=0.0 if timed else None,
+                           baseline_median_us=21.0 if timed else None,
+                           baseline_rate=expected_rate(problem, 21.0)[0] if timed else None,
                            baseline_name="torch.copy_", device="simulated device",
                            error=None if timed else f"simulated {status}")
 
@@ -358,8 +365,8 @@ def test_measure_bundle_without_a_console_prints_plain_lines(
     assert bundle_measure.measure_bundle(bundle) == 0
     out = capsys.readouterr().out
     assert "2 candidates, 0 of the 2 selected already measured" in out
-    assert "simulated device: torch.copy_ 21.00 us (100.0 GB/s); watchdog limits: check" in out
-    assert f"ok           {genomes[0].hash[:12]}      25.00 us       90.0 GB/s" in out
+    assert "simulated device: torch.copy_ 21.00 us (25.0 GB/s); watchdog limits: check" in out
+    assert f"ok           {genomes[0].hash[:12]}      25.00 us       21.0 GB/s" in out
     assert f"crash        {genomes[1].hash[:12]}  simulated crash" in out
     assert "statuses: crash 1, ok 1" in out and "fastest correct candidates on" in out
     assert "results written to" in out and "[/" not in out and "[dim]" not in out  # no markup

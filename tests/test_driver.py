@@ -160,30 +160,35 @@ def test_seeded_samplers_repeat_and_cmaes_models_only_ordinal_knobs(space) -> No
 def test_seen_genomes_are_never_rebuilt_and_duplicates_get_the_known_outcome(
         tmp_path: Path, db_url: str) -> None:  # noqa: F811
     # A grid over stages {2, 4} x ctas_per_sm {1, 2} with a one-CTA-per-tile grid: ctas_per_sm
-    # is never asked, so the 4 grid points are 2 genomes, each proposed twice.
+    # is never asked, so the 4 grid points are 2 genomes, each proposed twice. The seed obeys
+    # the --knob restrictions too, so it is one of the 2: every grid point is a duplicate but
+    # the first proposal of the other genome.
     knobs = (*NARROW, "stages=2,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",
              "advance_on_wait=false", "raster=row", "ctas_per_sm=1,2")
     first = Driver(request(tmp_path, db_url, sampler="grid", trials=10, knobs=knobs), quiet())
     assert first.run() == 0
     assert first.stop_reason and "grid exhausted" in first.stop_reason
-    assert (first.stats.proposed, first.stats.duplicates, first.stats.built) == (4, 2, 3)  # + seed
+    assert (first.stats.proposed, first.stats.duplicates, first.stats.built) == (4, 3, 2)
     trials = optuna_trials(db_url, first.name)
     assert len(trials) == 4
     duplicates = [t for t in trials if "duplicate_of" in t.user_attrs]
-    assert len(duplicates) == 2
-    for dup in duplicates:
-        primary = next(t for t in trials if t.number == int(dup.user_attrs["duplicate_of"][6:]))
-        assert dup.user_attrs["genome_hash"] == primary.user_attrs["genome_hash"]
-        assert dup.state == TrialState.FAIL
-        assert "awaits measurement" in dup.user_attrs["fail_reason"]
+    assert len(duplicates) == 3
     with Store(db_url) as store:
         candidates = store.candidates(first.name)
-    assert len(candidates) == 3 and all(c.verdict is not None for c in candidates)
+    seed = next(c for c in candidates if c.origin == "seed")
+    for dup in duplicates:
+        of = dup.user_attrs["duplicate_of"]
+        known = (seed.genome_hash if of == "seed" else
+                 next(t for t in trials if t.number == int(of[6:])).user_attrs["genome_hash"])
+        assert dup.user_attrs["genome_hash"] == known
+        assert dup.state == TrialState.FAIL
+        assert "awaits measurement" in dup.user_attrs["fail_reason"]
+    assert len(candidates) == 2 and all(c.verdict is not None for c in candidates)
     # Another study of the same problem: every build and TS verdict comes from the caches.
     again = Driver(request(tmp_path, db_url, sampler="grid", trials=10, knobs=knobs,
                            study="copy-again"), quiet())
     assert again.run() == 0
-    assert again.stats.built == 3 and again.stats.build_cache_hits == 3
+    assert again.stats.built == 2 and again.stats.build_cache_hits == 2
     with Store(db_url) as store:
         builds = {c.genome_hash: c.build for c in store.candidates("copy-again")}
     assert all(b is not None and b.cache_hit for b in builds.values())
@@ -313,7 +318,8 @@ def test_a_run_killed_after_recording_a_measurement_is_told_without_measuring_ag
     pool = SyntheticMeasurePool()
     driver = Driver(first, quiet(), measure_pool=pool)
     assert driver.run() == 0
-    assert genome.hash not in pool.measured and len(pool.measured) == 2  # the seed + trial 1
+    # The seed obeys the knobs: it is trial 1's genome, measured once.
+    assert genome.hash not in pool.measured and len(pool.measured) == 1
     told = {t.number: t for t in optuna_trials(url, first.study_name())}
     assert told[trial.number].state == TrialState.COMPLETE and told[trial.number].value == 7.5
     with Store(url) as store:
@@ -559,7 +565,8 @@ def test_a_measuring_actor_that_cannot_measure_sends_the_rest_to_the_bundle(
                     measure_pool=RayMeasurePool(1, gpus_per_actor=0))
     assert driver.run() == 0
     assert "measuring stopped" in console.file.getvalue()  # type: ignore[attr-defined]
-    assert driver.measure_pool is None and driver.stats.awaiting == 3  # the seed + 2 trials
+    # The seed obeys the knobs: it is one of the 2 trials' genomes.
+    assert driver.measure_pool is None and driver.stats.awaiting == 2
     with Store(url) as store:
         assert all(not c.measurements for c in store.candidates(driver.name))
 

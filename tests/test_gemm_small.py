@@ -16,12 +16,6 @@ import pytest
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from tsopt.core.genome import Genome  # noqa: E402
-from tsopt.core.problem import Problem  # noqa: E402
-from tsopt.core.registry import get_space  # noqa: E402
-from tsopt.search_spaces.gemm.checks import gemm_checks  # noqa: E402
-from tsopt.verify.verifier import VerdictCache, verify_genome  # noqa: E402
-
 # After tsopt (which checks CUTE_DSL_ARCH first); module level: the DSL reads the probe's
 # annotations in this module's globals.
 import cutlass  # noqa: E402
@@ -29,6 +23,12 @@ import cutlass.cute as cute  # noqa: E402
 import cutlass.utils.hopper_helpers as sm90_utils  # noqa: E402
 from cutlass.cute.runtime import make_fake_compact_tensor  # noqa: E402
 from cutlass.tensor_utils import LayoutEnum  # noqa: E402
+
+from tsopt.core.genome import Genome  # noqa: E402
+from tsopt.core.problem import Problem  # noqa: E402
+from tsopt.core.registry import get_space  # noqa: E402
+from tsopt.search_spaces.gemm.checks import gemm_checks  # noqa: E402
+from tsopt.verify.verifier import VerdictCache, verify_genome  # noqa: E402
 
 SMALL = Problem.of("gemm", "bf16", m=64, n=4096, k=4096)
 TINY = Problem.of("gemm", "bf16", m=16, n=8192, k=1024)

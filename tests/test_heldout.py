@@ -35,9 +35,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tsopt.app.corpus import EVIDENCE, evidence_files, load_corpus
 from tsopt.app.heldout import PACKAGED as HELDOUT
 from tsopt.app.heldout import check_spaces, load_heldout
-from tsopt.app.corpus import EVIDENCE, evidence_files, load_corpus
 from tsopt.cli import app
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome

@@ -1,7 +1,9 @@
 """Ingesting measured bundles into a real SQLite database and its Optuna study.
 
 The measurements are written by hand as a GPU machine would have written them (the device name
-says "simulated device"); they test what ingest records and tells, not any kernel's speed.
+says "simulated device"); they test what ingest records and tells, not any kernel's speed. Each
+bundle is ingested into a database that recorded its builds (:mod:`tests.built_here`), as the
+database whose ``tsopt tune`` wrote the bundle has them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tests.built_here import failed, record_built, timed
 from tsopt.app.ingest import ingest_bundle, ingest_results
 from tsopt.cli import app
 from tsopt.core.artifact import ArtifactManifest, TensorDesc
@@ -49,14 +52,20 @@ def genome(stages: int) -> Genome:
 
 
 def measured(g: Genome, status: str, median_us: float | None = None) -> Measurement:
-    timed = status == "ok"
-    return Measurement(
-        genome_hash=g.hash, problem_key=PROBLEM.key, status=status,  # type: ignore[arg-type]
-        median_us=median_us, p10_us=median_us, p90_us=median_us, runs=50 if timed else 0,
-        rate_unit="GB/s", rel_err=0.0 if timed else 0.3, baseline_name="torch.copy_",
-        baseline_median_us=21.0, device="simulated device",
-        error=None if timed else "checked run 1 of 2: 12 of 131072 elements differ",
-    )
+    if status != "ok" or median_us is None:
+        return failed(g, PROBLEM, status)
+    return timed(g, PROBLEM, median_us, p10_us=median_us, p90_us=median_us)
+
+
+def built(tmp_path: Path, genomes: list[Genome]) -> list[tuple[Genome, Path]]:
+    return [(g, tmp_path / "built" / g.hash) for g in genomes]
+
+
+def built_database(url: str, tmp_path: Path, genomes: list[Genome]) -> None:
+    """A database that built the bundle's candidates (as `tsopt tune` leaves it)."""
+    with Store(url) as store:
+        record_built(store, STUDY, PROBLEM, built(tmp_path, genomes[:3]))
+        record_built(store, STUDY, PROBLEM, built(tmp_path, genomes[3:]), origin="seed")
 
 
 @pytest.fixture
@@ -77,7 +86,7 @@ def bundle(tmp_path: Path) -> tuple[Path, list[Genome]]:
     results = BundleResults(
         bundle_id=manifest.bundle_id, run_id=str(uuid.uuid4()), device="simulated device",
         baselines=[Baseline(PROBLEM.key, "torch.copy_", "simulated device", 21.0, 20.0, 22.0,
-                            50, 12.5, "GB/s")],
+                            50, PROBLEM.bytes_moved / 21e3, "GB/s")],
         measurements=[measured(genomes[0], "ok", 25.0), measured(genomes[1], "wrong"),
                       measured(genomes[2], "ok", 30.0), measured(genomes[3], "ok", 40.0)],
         measured_files={c.genome_hash: dict(c.files) for c in manifest.candidates},
@@ -86,15 +95,17 @@ def bundle(tmp_path: Path) -> tuple[Path, list[Genome]]:
     return path, genomes
 
 
-def prepared_store(url: str, genomes: list[Genome]) -> tuple[Store, optuna.Study]:
-    """A study whose first three candidates came from Optuna trials 0-2; the fourth is seeded."""
+def prepared_store(url: str, genomes: list[Genome],
+                   tmp_path: Path) -> tuple[Store, optuna.Study]:
+    """A study whose first three candidates came from Optuna trials 0-2; the fourth is seeded;
+    every one built here."""
     store = Store(url)
     info = store.create_or_get_study(STUDY, "copy", PROBLEM, "sm_90a", "tpe", {})
     study = optuna.create_study(study_name=info.optuna_study_name, direction="minimize",
                                 storage=store.optuna_storage())
-    for g in genomes[:3]:
-        store.add_candidate(STUDY, g, "suggest", trial_number=study.ask().number)
-    store.add_candidate(STUDY, genomes[3], "seed")
+    numbers = {g.hash: study.ask().number for g in genomes[:3]}
+    record_built(store, STUDY, PROBLEM, built(tmp_path, genomes[:3]), trial_numbers=numbers)
+    record_built(store, STUDY, PROBLEM, built(tmp_path, genomes[3:]), origin="seed")
     study.tell(2, 99.0)  # finished before the results came back: must be left alone
     return store, study
 
@@ -104,24 +115,25 @@ def test_ingest_records_and_tells_the_study_once(
 ) -> None:
     path, genomes = bundle
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
-    store, study = prepared_store(url, genomes)
+    store, study = prepared_store(url, genomes, tmp_path)
     manifest = read_manifest(path)
     results = read_results(path, manifest)
     assert results is not None
 
     report = ingest_results(store, manifest, results)
-    assert (report.measurements_new, report.baselines_new, report.candidates_added) == (4, 1, 0)
+    assert (report.measurements_new, report.baselines_new) == (4, 1)
     assert (report.trials_completed, report.trials_failed, report.trials_added,
             report.trials_left) == (1, 1, 1, 1)
 
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    assert trials[0].state == TrialState.COMPLETE and trials[0].value == 25.0
+    assert trials[0].state == TrialState.COMPLETE
+    assert trials[0].value == pytest.approx(25.0 / 21.0)  # the time relative to the baseline's
     assert trials[0].user_attrs["run_id"] == results.run_id
     assert trials[1].state == TrialState.FAIL
     assert trials[1].user_attrs["measure_failed"].startswith("wrong: checked run 1 of 2")
     assert trials[2].value == 99.0  # already finished: untouched
     added = trials[3]
-    assert added.state == TrialState.COMPLETE and added.value == 40.0
+    assert added.state == TrialState.COMPLETE and added.value == pytest.approx(40.0 / 21.0)
     assert added.user_attrs["genome_hash"] == genomes[3].hash
     assert added.user_attrs["stages"] == 5 and added.user_attrs["box_cols"] == 128
     assert added.user_attrs["raster"] == genomes[3]["raster"]
@@ -139,14 +151,36 @@ def test_ingest_records_and_tells_the_study_once(
     store.close()
 
 
-def test_ingest_into_a_database_without_the_study(
+def test_ingest_into_a_database_that_did_not_build_the_bundle_is_refused(
+    tmp_path: Path, bundle: tuple[Path, list[Genome]],
+) -> None:
+    """A bundle is checked against the builds its database recorded: a database without them
+    (a missing file, one without the study) refuses it and is left as it was."""
+    path, genomes = bundle
+    missing = tmp_path / "fresh.db"
+    with pytest.raises(UserInputError, match="no database at"):
+        ingest_bundle(path, f"sqlite:///{missing}", Console(quiet=True))
+    assert not missing.exists()
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    with Store(url) as store:
+        store.create_or_get_study("another", "copy", PROBLEM, "sm_90a", "tpe", {})
+    before = (tmp_path / "other.db").read_bytes()
+    with pytest.raises(BundleError, match=f"study '{STUDY}' is not in this database "
+                                          r"\(its studies: another\)"):
+        ingest_bundle(path, url, Console(quiet=True))
+    assert (tmp_path / "other.db").read_bytes() == before
+    with Store(url) as store:
+        assert store.get_study(STUDY) is None
+
+
+def test_ingest_into_the_database_that_built_it(
     tmp_path: Path, bundle: tuple[Path, list[Genome]],
 ) -> None:
     path, genomes = bundle
-    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    url = f"sqlite:///{tmp_path / 'built.db'}"
+    built_database(url, tmp_path, genomes)
     out = io.StringIO()
     assert ingest_bundle(path, url, Console(file=out, width=300)) == 0
-    assert f"study '{STUDY}' was not in this database: created it" in out.getvalue()
     with Store(url) as store:
         candidates = store.candidates(STUDY)
         assert {c.genome_hash for c in candidates} == {g.hash for g in genomes}
@@ -167,8 +201,9 @@ def test_ingest_into_a_database_without_the_study(
 def test_cli_ingest_twice_adds_nothing_the_second_time(
     tmp_path: Path, bundle: tuple[Path, list[Genome]],
 ) -> None:
-    path, _ = bundle
+    path, genomes = bundle
     url = f"sqlite:///{tmp_path / 'cli.db'}"
+    built_database(url, tmp_path, genomes)
     first = CliRunner().invoke(app, ["ingest", str(path), "--db", url])
     assert first.exit_code == 0, first.output
     assert "recorded 4 new measurements" in first.output
@@ -182,8 +217,9 @@ def test_cli_ingest_twice_adds_nothing_the_second_time(
 def test_unmeasured_corrupted_or_mismatched_results_are_refused(
     tmp_path: Path, bundle: tuple[Path, list[Genome]],
 ) -> None:
-    path, _ = bundle
+    path, genomes = bundle
     url = f"sqlite:///{tmp_path / 'x.db'}"
+    built_database(url, tmp_path, genomes)
     saved = (path / RESULTS_NAME).read_text()
     (path / RESULTS_NAME).unlink()
     with pytest.raises(BundleError, match="has not been measured: it has no results.json"):
@@ -208,7 +244,9 @@ def test_a_study_of_another_problem_is_not_mixed_in(
     with Store(url) as store:
         store.create_or_get_study(STUDY, "copy", Problem.of("copy", "fp16", rows=64, cols=64),
                                   "sm_90a", "tpe", {})
-    with pytest.raises(UserInputError, match="already exists with problem 'copy-fp16-64x64'"):
+    with pytest.raises(BundleError, match="problem 'copy-fp16-256x512', but study "
+                                          "'copy-ingest' of this database is of problem "
+                                          "'copy-fp16-64x64'"):
         ingest_bundle(path, url, Console(quiet=True))
 
 

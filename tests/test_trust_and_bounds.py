@@ -34,6 +34,7 @@ import pytest
 from rich.console import Console
 from sqlalchemy import create_engine, inspect, text
 
+from tests.built_here import failed, record_built, timed
 from tests.test_db import db_url  # noqa: F401  (the SQLite + PostgreSQL fixture)
 from tsopt.app import ingest as ingest_module
 from tsopt.app.ingest import ingest_bundle
@@ -100,8 +101,8 @@ def make_bundle(root: Path, name: str, genomes: list[Genome],
     write_results(path, BundleResults(
         bundle_id=manifest.bundle_id, run_id=str(uuid.uuid4()), device=DEVICE,
         baselines=[Baseline(PROBLEM.key, "torch.copy_", DEVICE, 21.0, 20.0, 22.0, 50)],
-        measurements=[measured(g, 25.0 + i, s) for i, (g, s) in
-                      enumerate(zip(genomes, statuses, strict=True))],
+        measurements=[timed(g, PROBLEM, 25.0 + i) if s == "ok" else failed(g, PROBLEM, s)
+                      for i, (g, s) in enumerate(zip(genomes, statuses, strict=True))],
         measured_files={c.genome_hash: dict(c.files) for c in manifest.candidates}))
     return path
 
@@ -178,23 +179,28 @@ def test_a_refused_bundle_leaves_the_database_as_it_was_then_the_corrected_one_i
     db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
 ) -> None:
     # A database with an earlier study in it, tsopt's and Optuna's tables both.
+    # The study that built the bundles' candidates is in it too (ingest checks a bundle against
+    # the builds its database recorded): the planted genome among them, so that it is the
+    # verifier that refuses it.
+    genomes = [valid_genome(s) for s in (2, 3, 4)]
+    planted = get_space("copy").genome(
+        load=(("coords", "try_acquire", "acquire", "commit", "tma_load"), 0, "none"),
+        stages=2, box_rows=8, box_cols=128, chunk=1, vector=8)
     with Store(db_url) as store:
         store.create_or_get_study("earlier", "copy", PROBLEM, "sm_90a", "tpe", {})
         earlier = optuna.create_study(study_name="earlier", storage=store.optuna_storage())
         earlier.tell(earlier.ask(), 42.0)
+        record_built(store, STUDY, PROBLEM, [(g, artifact(tmp_path, g))
+                                             for g in [*genomes, planted]])
     before = snapshot(db_url)
-    genomes = [valid_genome(s) for s in (2, 3, 4)]
 
     # 1. A planted genome the verifier rejects: refused before anything is written.
-    planted = get_space("copy").genome(
-        load=(("coords", "try_acquire", "acquire", "commit", "tma_load"), 0, "none"),
-        stages=2, box_rows=8, box_cols=128, chunk=1, vector=8)
     bad = make_bundle(tmp_path, "planted", [genomes[0], planted])
     with pytest.raises(BundleError, match="does not pass verification.*ts.missing_commit"):
         ingest_bundle(bad, db_url, Console(quiet=True))
     assert snapshot(db_url) == before
 
-    # 2. A failure half-way, after the tsopt study, its candidates and the first Optuna trial
+    # 2. A failure half-way, after the baseline, the measurements and the first Optuna trial
     #    were written in the transaction: all of it rolls back, Optuna's study included.
     good = make_bundle(tmp_path, "good", genomes, ["ok", "wrong", "ok"])
     calls = {"n": 0}
@@ -219,7 +225,7 @@ def test_a_refused_bundle_leaves_the_database_as_it_was_then_the_corrected_one_i
     assert ingest_bundle(good, db_url, Console(file=out, width=300)) == 0
     assert "verified 3 genomes again" in out.getvalue()
     with Store(db_url) as store:
-        candidates = store.candidates(STUDY)
+        candidates = [c for c in store.candidates(STUDY) if c.genome_hash != planted.hash]
         assert sorted(c.genome_hash for c in candidates) == sorted(g.hash for g in genomes)
         assert all(c.verdict is not None and c.verdict.valid for c in candidates)
         assert [len(c.measurements) for c in candidates] == [1, 1, 1]

@@ -166,8 +166,9 @@ def verify(
     A genome whose genes do not fit its space (a wrong kind, out of range, not a choice) is
     bad input (exit 2, the gene named); a schedule the checks reject exits 1."""
     with _Guard():
-        from tsopt.core.genome import MAX_GENOME_BYTES, Genome
-        from tsopt.core.registry import problem_for
+        from tsopt.core.devices import check_fits
+        from tsopt.core.genome import MAX_GENOME_BYTES, Genome, GenomeError
+        from tsopt.core.registry import get_space, problem_for
         from tsopt.verify.verifier import check_genome_schema, verify_genome
 
         try:
@@ -180,15 +181,19 @@ def verify(
         except UnicodeDecodeError as exc:
             raise UserInputError(f"genome file {str(genome_file)!r} is not text ({exc.reason} at "
                                  f"byte {exc.start})") from None
-        genome = Genome.from_json(text)
+        try:
+            genome = Genome.from_json(text)
+        except GenomeError as exc:
+            raise UserInputError(f"genome file {str(genome_file)!r}: {exc}") from None
         if domain is not None and domain < 1:
             raise UserInputError(f"--domain {domain} must be at least 1")
         target = problem_for(problem, genome.space)
         from tsopt.core.devices import resolve_profile
         from tsopt.core.dsl_env import DEFAULT_ARCH
-        from tsopt.core.registry import get_space
 
         profile = resolve_profile(device, os.environ.get("CUTE_DSL_ARCH") or DEFAULT_ARCH)
+        # The same answer as `tune` for a problem no GPU of the space's arch can hold.
+        check_fits(target, get_space(genome.space).archs[0], profile)
         check_genome_schema(genome, target)
         space = get_space(genome.space)
         space.device = profile
@@ -234,7 +239,7 @@ def ingest(
     bundle: Path = typer.Argument(..., help="A measured bundle directory."),
     db: str = typer.Option(DEFAULT_DB, help=DB_HELP),
 ) -> None:
-    """Record a measured bundle's results in the database and tell the study."""
+    """Record a measured bundle's results in the database that built it, and tell the study."""
     with _Guard(db):
         from tsopt.app.ingest import ingest_bundle
 

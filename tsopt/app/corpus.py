@@ -47,6 +47,7 @@ from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, ProblemError, parse_problem_spec
 from tsopt.core.records import TsSearch
+from tsopt.core.strict_json import JsonInputError, strict_loads
 
 ROOT_FOLDER = Path("corpus")
 """Where the corpus lives, from the repository root: beside the package, not in it (a few MB
@@ -95,8 +96,8 @@ def is_study_archive(path: Path) -> bool:
 def read_json(path: Path) -> Any:
     try:
         raw = lzma.open(path).read() if path.suffix == ".xz" else path.read_bytes()
-        return json.loads(raw)
-    except (OSError, lzma.LZMAError, json.JSONDecodeError) as exc:
+        return strict_loads(raw)
+    except (OSError, lzma.LZMAError, UnicodeDecodeError, JsonInputError) as exc:
         raise UserInputError(f"--evidence {path}: not readable JSON ({exc})") from None
 
 

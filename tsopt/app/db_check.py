@@ -35,6 +35,7 @@ from tsopt.db.engine import (
 from tsopt.db.migrate import (
     OPTUNA_TABLES,
     VERSION_TABLE,
+    foreign_tables,
     head_revision,
     known_revisions,
     optuna_revisions,
@@ -102,6 +103,11 @@ def _schemas(engine: Engine, report: CheckReport) -> None:
     with engine.connect() as conn:
         revision = revision_in(conn, VERSION_TABLE)
         head = head_revision()
+        foreign = foreign_tables(conn)
+        if foreign:
+            report.add("owner", "belongs to another program: its tables ("
+                       + ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+                       + ") are none of tsopt's; tsopt refuses to write into it", False)
         if revision is None:
             report.add("tsopt schema", "no tsopt tables: not a tsopt database (yet)", False)
         elif revision == head:

@@ -181,11 +181,17 @@ def _artifact_dir(space: Any, candidate: CandidateInfo, info: StudyInfo) -> Path
 
 def _header_text(info: StudyInfo, ranked: RankedCandidate, rank: int) -> str:
     m = ranked.measurement
+
+    def shown(value: float | None, spec: str) -> str:
+        # A row an older tsopt ingested may lack a figure: it is shown missing, never a crash.
+        return format(value, spec) if value is not None else "(not recorded)"
+
     return (
         f"tsopt export of study {info.name!r}, rank {rank}: genome {ranked.genome_hash[:12]}.\n\n"
         f"Problem: {info.problem}; target {info.arch}.\n"
-        f"Measured on {m.device}: {m.median_us:.2f} us (p10 {m.p10_us:.2f}, p90 {m.p90_us:.2f}), "
-        f"{m.rate:.1f} {m.rate_unit}, {m.ratio:.3f}x {m.baseline_name} timed in the same run,\n"
+        f"Measured on {m.device}: {shown(m.median_us, '.2f')} us (p10 {shown(m.p10_us, '.2f')}, "
+        f"p90 {shown(m.p90_us, '.2f')}), {shown(m.rate, '.1f')} {m.rate_unit}, "
+        f"{shown(m.ratio, '.3f')}x {m.baseline_name} timed in the same run,\n"
         f"both in launch mode {m.launch!r} ({LAUNCH_WORDS.get(m.launch, m.launch)}).\n\n"
         "Run `python kernel.py` on a GPU machine with nvidia-cutlass-dsl to check it against torch;\n"
         "`python kernel.py --cubin out.cubin` recompiles it (no GPU needed) for comparison with\n"

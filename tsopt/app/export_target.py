@@ -9,7 +9,6 @@ beside ``--out`` first and moved in at the end, so a failed export leaves ``--ou
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tsopt.core.errors import UserInputError
+from tsopt.core.strict_json import strict_loads
 
 MANIFEST = "manifest.json"
 FORMAT = "tsopt-export"
@@ -62,7 +62,7 @@ def owned_files(out: Path) -> list[Path] | None:
     if not path.is_file():
         return None
     try:
-        doc = json.loads(path.read_text())
+        doc = strict_loads(path.read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("files"), dict):

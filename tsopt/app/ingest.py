@@ -9,18 +9,30 @@ Telling the study, per measured candidate:
 - a candidate with a trial number (proposed by Optuna): its trial is completed with the median
   time in microseconds when the status is ``ok``, failed otherwise with the status and error as
   the ``measure_failed`` user attribute (the driver's policy); a finished trial is left alone;
-- a candidate without one (seeded, enumerated, or new to this database): a finished trial is
-  added with the genome's genes as user attributes, and its number stored on the candidate, so
-  a second ingest finds it finished.
+- a candidate without one (seeded, enumerated): a finished trial is added with the genome's
+  genes as user attributes, and its number stored on the candidate, so a second ingest finds it
+  finished.
 
-Nothing in a bundle is trusted. Before anything is recorded: every file of the bundle that came
-back is checked against the sha256 its manifest lists, each JSON file against its own checksum
-(:mod:`tsopt.core.bundle`), every result for finite, positive times, coherent statuses and a
-device the results name, and every genome is verified again (schema, dataflow, TS, tsopt's
-checks; the store's verdict cache makes a genome verified before cheap). One candidate that
-does not pass refuses the whole bundle. Then everything is written in one transaction, Optuna's
-tables included (:meth:`tsopt.db.store.Store.atomic`): a failure part-way leaves the database
-as it was, and the corrected bundle ingests afterwards.
+Nothing in a bundle is trusted, its own checksums included (whoever edits a bundle can write
+them again). Before anything is recorded:
+
+- the bundle holds only what its manifest lists (:func:`tsopt.core.bundle.check_listing`);
+  every file that came back has the sha256 the manifest lists, each JSON file its own checksum;
+- the bundle is one this database built (:func:`check_provenance`): its study is here with the
+  same space, problem and arch (a renamed study is refused, never created), every candidate is
+  one of the study's, and every artifact file's sha256 is the one the database recorded when
+  the candidate was built (revision 0006). A build recorded before that revision is checked
+  against its artifact in the build cache, while it is there; without it the bundle is refused;
+- every result is a measurement that could have been taken: finite, positive times between the
+  arch's roofline and a minute, the figures a timing carries (rate, ratio, the baseline's), a
+  rate that is its median's and a ratio that agrees with the baseline's time, coherent statuses
+  and a device the results name (:func:`tsopt.core.bundle.measurement_physics`);
+- every genome is verified again (schema, dataflow, TS, tsopt's checks; the store's verdict
+  cache makes a genome verified before cheap).
+
+One candidate that does not pass refuses the whole bundle. Then everything is written in one
+transaction, Optuna's tables included (:meth:`tsopt.db.store.Store.atomic`): a failure part-way
+leaves the database as it was, and the corrected bundle ingests afterwards.
 """
 
 from __future__ import annotations
@@ -36,6 +48,8 @@ from tsopt.core.bundle import (
     BundleError,
     BundleManifest,
     BundleResults,
+    artifact_checksums,
+    check_listing,
     read_manifest,
     read_results,
 )
@@ -48,21 +62,16 @@ if TYPE_CHECKING:
     from tsopt.db.store import Store
     from tsopt.db.views import StudyInfo
 
-DEFAULT_ORIGIN = "enumerate"
-
-
 @dataclass
 class IngestReport:
     """What one ingest changed."""
 
     run_id: str
     study: str
-    created_study: bool = False
     measurements_new: int = 0
     measurements_known: int = 0
     baselines_new: int = 0
     baselines_known: int = 0
-    candidates_added: int = 0
     trials_completed: int = 0
     trials_failed: int = 0
     trials_added: int = 0
@@ -73,7 +82,7 @@ class IngestReport:
 
     @property
     def changed(self) -> bool:
-        return bool(self.measurements_new or self.baselines_new or self.candidates_added
+        return bool(self.measurements_new or self.baselines_new
                     or self.trials_completed or self.trials_failed or self.trials_added)
 
 
@@ -128,6 +137,66 @@ class _FindSearches:
         del search
 
 
+def check_provenance(store: Store, manifest: BundleManifest) -> dict[str, int]:
+    """BundleError unless the bundle is one this database built: its study is here with the
+    manifest's space, problem and arch, and every candidate's artifact files are those the
+    database recorded when it built them. Returns each genome's candidate id."""
+    where = f"bundle of study {manifest.study!r} ({MANIFEST_NAME})"
+    refused = "the bundle is refused, nothing was recorded"
+    info = store.get_study(manifest.study)
+    if info is None:
+        names = sorted(s.name for s in store.list_studies())
+        shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "") if names else "none"
+        raise BundleError(
+            f"{where}: study {manifest.study!r} is not in this database (its studies: {shown}); "
+            "a bundle is ingested into the database whose `tsopt tune` built it, which "
+            f"recorded its artifacts: {refused}")
+    for what, theirs, ours in (("space", manifest.space, info.space),
+                               ("problem", manifest.problem.key, info.problem_key),
+                               ("arch", manifest.arch, info.arch)):
+        if theirs != ours:
+            raise BundleError(f"{where}: {what} {theirs!r}, but study {manifest.study!r} of "
+                              f"this database is of {what} {ours!r}: {refused}")
+    ids: dict[str, int] = {}
+    for c in manifest.candidates:
+        short = f"{c.genome_hash[:12]}..."
+        build = store.recorded_build(manifest.study, c.genome_hash)
+        if build is None:
+            raise BundleError(f"{where}: candidate {short} was never built in study "
+                              f"{manifest.study!r} of this database: {refused}")
+        if (build.status, build.problem_key, build.arch) != ("ok", manifest.problem.key,
+                                                            manifest.arch):
+            raise BundleError(
+                f"{where}: candidate {short}: this database recorded a build of status "
+                f"{build.status!r} for {build.problem_key} / {build.arch}, not a built "
+                f"artifact for {manifest.problem.key} / {manifest.arch}: {refused}")
+        recorded = build.files
+        if recorded is None:  # recorded before revision 0006: the build cache's copy, if kept
+            cached = Path(build.artifact_dir) if build.artifact_dir else None
+            if cached is None or not cached.is_dir():
+                raise BundleError(
+                    f"{where}: candidate {short} was built before this database recorded "
+                    f"artifact checksums, and its artifact ({build.artifact_dir}) is no longer "
+                    f"in the build cache: nothing to check the bundle against; {refused}; "
+                    "build the study again with `tsopt tune` and measure the new bundle")
+            recorded = artifact_checksums(cached)
+        listed = dict(c.files)
+        for name in sorted(set(recorded) | set(listed)):
+            if recorded.get(name) == listed.get(name):
+                continue
+            if name not in listed:
+                said = f"the bundle lacks it (the build recorded {recorded[name][:12]}...)"
+            elif name not in recorded:
+                said = "the build recorded no such file"
+            else:
+                said = (f"the bundle's is {listed[name][:12]}..., the build recorded "
+                        f"{recorded[name][:12]}...")
+            raise BundleError(f"{where}: {c.artifact}/{name} is not the file this database "
+                              f"recorded when it built candidate {short}: {said}; {refused}")
+        ids[c.genome_hash] = build.candidate_id
+    return ids
+
+
 def verify_candidates(
     store: Store, manifest: BundleManifest, report: IngestReport,
 ) -> dict[str, tuple[Verdict, str]]:
@@ -176,29 +245,23 @@ def ingest_results(
     """Verify every genome of ``manifest`` again, then record ``results`` in ``store`` and tell
     the study, all in one transaction (nothing recorded when anything fails)."""
     report = IngestReport(run_id=results.run_id, study=manifest.study)
+    ids = check_provenance(store, manifest)
     verdicts = verify_candidates(store, manifest, report)
     with store.atomic():
-        _record(store, manifest, results, verdicts, report)
+        _record(store, manifest, results, verdicts, ids, report)
     return report
 
 
 def _record(
     store: Store, manifest: BundleManifest, results: BundleResults,
-    verdicts: dict[str, tuple[Verdict, str]], report: IngestReport,
+    verdicts: dict[str, tuple[Verdict, str]], ids: dict[str, int], report: IngestReport,
 ) -> None:
-    from tsopt.db.models import ORIGINS
-
-    existed = store.get_study(manifest.study) is not None
-    info = store.create_or_get_study(
-        manifest.study, manifest.space, manifest.problem, manifest.arch, sampler="bundle",
-        config={"created_by": "tsopt ingest", "bundle_id": manifest.bundle_id},
-        launch=manifest.launch,  # a study measured in another mode refuses the bundle
-    )
-    report.created_study = not existed
-    if not existed:
-        # No tune process runs a study that a bundle created: it is finished as recorded (a
-        # `running` one would be taken for a killed run by the next command).
-        store.set_study_status(manifest.study, "finished")
+    info = store.get_study(manifest.study)
+    if info is None:  # check_provenance found it; a guard for a study deleted since
+        raise BundleError(f"study {manifest.study!r} is no longer in this database")
+    if info.launch != manifest.launch:  # a study measured in another mode refuses the bundle
+        raise BundleError(f"bundle measured in launch mode {manifest.launch!r}, but study "
+                          f"{manifest.study!r} is measured in {info.launch!r}")
     for b in results.baselines:
         new = store.record_baseline(b.problem_key, b.name, b.device, results.run_id, b.median_us,
                                     b.p10_us, b.p90_us, b.rate, b.rate_unit)
@@ -210,14 +273,9 @@ def _record(
         candidate = manifest.candidate(m.genome_hash)
         if candidate is None:  # read_results checked this; a guard for hand-made results
             raise BundleError(f"results name genome {m.genome_hash[:12]}..., not in the manifest")
+        candidate_id = ids[m.genome_hash]
         info_row = known.get(m.genome_hash)
-        if info_row is None:
-            origin = candidate.origin if candidate.origin in ORIGINS else DEFAULT_ORIGIN
-            candidate_id = store.add_candidate(manifest.study, candidate.genome, origin)
-            trial_number = None
-            report.candidates_added += 1
-        else:
-            candidate_id, trial_number = info_row.id, info_row.trial_number
+        trial_number = info_row.trial_number if info_row is not None else None
         verdict, key = verdicts[m.genome_hash]
         store.record_verdict(candidate_id, manifest.space, key, verdict)
         new = store.record_measurement(candidate_id, m, results.run_id)
@@ -229,9 +287,6 @@ def _record(
 
 
 def _print(console: Console, report: IngestReport, bundle: Path) -> None:
-    if report.created_study:
-        console.print(f"study {report.study!r} was not in this database: created it from the "
-                      "bundle manifest", highlight=False)
     if not report.changed:
         console.print(
             f"nothing new: run {report.run_id} of {bundle} was already ingested "
@@ -254,18 +309,21 @@ def _print(console: Console, report: IngestReport, bundle: Path) -> None:
 
 def ingest_bundle(bundle: Path, db_url: str, console: Console | None = None) -> int:
     """Record a measured bundle; returns the exit code (0). Bad bundles raise BundleError."""
-    from tsopt.db.store import Store
+
+    from tsopt.reports.existing import open_existing
 
     console = console or Console()
     bundle = Path(bundle)
     # The artifacts are not needed to record results (a GPU box may send back results only);
     # every one that is there is checked against its checksums.
     manifest = read_manifest(bundle, check_artifacts="present")
+    check_listing(bundle, manifest)
     results = read_results(bundle, manifest)
     if results is None:
         raise BundleError(f"{bundle} has not been measured: it has no results.json; run "
                           f"`tsopt measure {bundle}` on a GPU machine first")
-    with Store(db_url) as store:
+    # The database that built the bundle: a missing file is a mistyped --db, never a new one.
+    with open_existing(db_url) as store:
         report = ingest_results(store, manifest, results)
     _print(console, report, bundle)
     return 0

@@ -101,6 +101,15 @@ def library_update(db: str | None, studies: Sequence[str], evidence: Sequence[Pa
 
 def library_show(path: Path | None, space: str | None, console: Console,
                  as_json: bool = False) -> int:
+    where = library_path(path)
+    # `library update` starts from a missing file; `show` has nothing to show from one.
+    if not where.is_file():
+        raise UserInputError(f"--library {str(where)!r}: no library file there"
+                             + ("" if where.exists() else " (it does not exist)"))
+    if space is not None:
+        from tsopt.core.registry import get_space
+
+        get_space(space)  # UserInputError naming an unknown space and the known ones
     entries = [e for e in load_library(path) if space is None or e.space == space]
     if as_json:
         console.print_json(json.dumps([e.to_dict() for e in entries]))

@@ -42,8 +42,10 @@ SAMPLER_HELP = ("evolve (default: one-gene moves from the best measured, ranked 
 WORKERS_HELP = ("Workers verifying and building in parallel (0: one at a time in this "
                 "process). With N > 0 a local Ray cluster of N CPUs is started, or joined with "
                 "--ray-address; each GPU gets a measuring actor. With --pool processes: N "
-                "local build processes instead of Ray.")
-RAY_HELP = "Join this Ray cluster (HOST:PORT of its head) instead of starting a local one."
+                "local build processes instead of Ray. At most 4 per core of this machine "
+                "(at least 64), or 4096 with --ray-address.")
+RAY_HELP = ("Join this Ray cluster (HOST:PORT of its head) instead of starting a local one; "
+            "refused when nothing answers there within 3 s.")
 POOL_HELP = ("What --workers N runs on: ray (default; a local Ray cluster, or --ray-address) "
              "or processes (N build processes on this machine, no Ray; measuring on this "
              "machine's GPU if it has one).")

@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tsopt.core.strict_json import JsonInputError, strict_loads
+
 ARTIFACT_ABI = 1
 MANIFEST_NAME = "artifact.json"
 LIBRARY_NAME = "libkernel.so"
@@ -123,11 +125,11 @@ class ArtifactManifest:
     def read(cls, directory: Path) -> ArtifactManifest:
         path = Path(directory) / MANIFEST_NAME
         try:
-            doc = json.loads(path.read_text())
+            doc = strict_loads(path.read_text())
         except FileNotFoundError:
             raise ArtifactError(f"{path}: no artifact manifest") from None
-        except json.JSONDecodeError as exc:
-            raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
+        except JsonInputError as exc:
+            raise ArtifactError(f"{path}: {exc}") from None
         except UnicodeDecodeError as exc:
             raise ArtifactError(f"{path}: not text ({exc.reason} at byte {exc.start})") from None
         except OSError as exc:

@@ -38,7 +38,15 @@ candidate, the checksums of the files that were measured (``measured_files``), w
 those the manifest lists. A mismatch names the file.
 
 Results are checked as well as parsed: a correct (``ok``) timing has finite, positive times
-(p10 <= median <= p90) on a device the results name; a failed one has no times.
+(p10 <= median <= p90) on a device the results name; a failed one has no times. Checked against
+the manifest's problem and arch, a correct timing must also be physically possible
+(:func:`measurement_physics`): every figure a measuring worker writes is there (rate, ratio,
+the baseline's time and rate), each time lies between the arch's roofline (:data:`CEILINGS`)
+and a minute, the rate is the one its median gives and the ratio agrees with the baseline's
+time. The checksums say a file is the one tsopt wrote, not that tsopt wrote it: whoever edits
+a bundle can write them again, so ingest also checks each artifact against the checksums its
+database recorded at build time (:mod:`tsopt.app.ingest`), and what the manifest does not
+list is refused (:func:`check_listing`).
 
 ``baselines`` holds the first baseline timing of each measuring session (ingest records it);
 ``baseline_timings`` every timing of the run (a measuring worker times the baseline when it
@@ -75,6 +83,7 @@ from tsopt.core.genome import Genome, GenomeError
 from tsopt.core.names import check_study_name
 from tsopt.core.problem import Problem, ProblemError
 from tsopt.core.records import DEFAULT_LAUNCH, LAUNCH_MODES, Measurement
+from tsopt.core.strict_json import JsonInputError, strict_loads
 
 BUNDLE_FORMAT = "tsopt-bundle"
 RESULTS_FORMAT = "tsopt-bundle-results"
@@ -300,12 +309,9 @@ def _load_json(path: Path, what: str) -> Any:
         raise BundleError(f"{path} is corrupted: not text ({exc.reason} at byte {exc.start}); "
                           f"{what}") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BundleError(
-            f"{path} is corrupted: not valid JSON ({exc.msg} at line {exc.lineno} column "
-            f"{exc.colno}); {what}"
-        ) from None
+        return strict_loads(text)
+    except JsonInputError as exc:
+        raise BundleError(f"{path} is corrupted: {exc}; {what}") from None
 
 
 def _require(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -512,6 +518,40 @@ def read_manifest(directory: Path, check_artifacts: bool | str = True) -> Bundle
     return manifest
 
 
+def check_listing(directory: Path, manifest: BundleManifest) -> None:
+    """BundleError naming the first file or folder of the bundle that its manifest does not
+    list: a bundle holds its manifest, its results, and under ``artifacts/`` one directory per
+    candidate with the files the candidate lists, nothing else (an extra library beside the
+    listed one is a payload, not a bundle)."""
+    directory = Path(directory)
+    listed = {c.genome_hash: {name for name, _ in c.files} for c in manifest.candidates}
+    allowed_top = {MANIFEST_NAME, RESULTS_NAME, ARTIFACTS_DIR}
+
+    def refuse(path: Path, why: str) -> BundleError:
+        return BundleError(f"{path} is not listed in the bundle's {MANIFEST_NAME} ({why}); "
+                           "the bundle is refused, nothing was recorded: remove it")
+
+    for entry in sorted(directory.iterdir()):
+        if entry.name not in allowed_top:
+            raise refuse(entry, f"a bundle holds {', '.join(sorted(allowed_top))} only")
+    artifacts = directory / ARTIFACTS_DIR
+    if artifacts.is_symlink() or (artifacts.exists() and not artifacts.is_dir()):
+        raise BundleError(f"{artifacts} is not a plain directory")
+    if not artifacts.exists():
+        return
+    for entry in sorted(artifacts.iterdir()):
+        files = listed.get(entry.name)
+        if files is None:
+            raise refuse(entry, "no candidate of that genome hash")
+        if entry.is_symlink() or not entry.is_dir():
+            raise BundleError(f"{entry} is not a plain directory; a bundle holds one directory "
+                              "per candidate")
+        for inner in sorted(entry.iterdir()):
+            if inner.name not in files:
+                raise refuse(inner, f"candidate {entry.name[:12]}... lists "
+                             f"{', '.join(sorted(files))}")
+
+
 def results_from_dict(
     doc: Any, manifest: BundleManifest | None = None, where: str = RESULTS_NAME,
 ) -> BundleResults:
@@ -591,11 +631,160 @@ def results_from_dict(
                     f"{', '.join(changed)} with other checksums than the manifest lists: "
                     "the artifact changed after it was measured")
     _check_checksum(doc, where)
+    if manifest is not None:
+        # After the checksum: a hand edit is named as one; what is left is a document written
+        # whole by someone who knows the format, and its figures must be possible.
+        _check_physics(manifest, baselines, baseline_timings, measurements, where)
     return BundleResults(
         bundle_id=bundle_id, run_id=run_id, settings=settings, environment=environment,
         baselines=baselines, measurements=measurements, baseline_timings=baseline_timings,
         measured_files={h: f for h, f in files.items() if f is not None}, **text,
     )
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The fastest part of an arch tsopt targets: its memory bandwidth and its dense
+    tensor-core rate at 16-bit inputs, from the vendor's data sheets."""
+
+    arch: str
+    device: str
+    bytes_per_s: float
+    flops_per_s: float
+
+
+CEILINGS: dict[str, Ceiling] = {
+    "sm_90a": Ceiling("sm_90a", "H200", 4.8e12, 989.4e12),
+    "sm_100a": Ceiling("sm_100a", "B200", 8.0e12, 2.25e15),
+}
+"""Per target arch, the roofline no measurement may beat (a GPU of the arch is at most this
+fast; an H100 or an H20 is slower, so a bound for the fastest holds for every part)."""
+
+CEILING_MARGIN = 1.25
+"""How far past the data sheet a timing may seem to go before it is refused: boost clocks and
+the timer's resolution, never a factor of two."""
+
+MAX_MEDIAN_US = 60e6
+"""No launch tsopt times lasts a minute (fifty timed runs would take an hour; the measuring
+worker's watchdog ends a launch long before): a longer median is no measurement."""
+
+
+def expected_rate(problem: Problem, median_us: float) -> tuple[float, str]:
+    """The rate a timing of ``problem`` reports, as the measuring side computes it: TFLOP/s
+    for an op that computes, GB/s (bytes read and written) for one that moves data."""
+    if problem.flops > 0:
+        return problem.flops / (median_us * 1e6), "TFLOP/s"
+    return problem.bytes_moved / (median_us * 1e3), "GB/s"
+
+
+def fastest_possible_us(problem: Problem, arch: str) -> float | None:
+    """The least time ``problem`` can take on any GPU of ``arch`` (its roofline, with the
+    margin), in microseconds; None for an arch without a ceiling."""
+    ceiling = CEILINGS.get(arch)
+    if ceiling is None:
+        return None
+    seconds = max(problem.bytes_moved / ceiling.bytes_per_s, problem.flops / ceiling.flops_per_s)
+    return seconds * 1e6 / CEILING_MARGIN
+
+
+def timing_impossible(key: str, value: float, problem: Problem, arch: str) -> str | None:
+    """Why a (finite, positive) time of ``problem`` cannot have been measured on ``arch``,
+    else None: beyond a minute, or faster than the arch's roofline allows."""
+    if value > MAX_MEDIAN_US:
+        return (f"{key} {value!r} µs is more than {MAX_MEDIAN_US:.0f} µs (a minute): no launch "
+                "tsopt times lasts that long")
+    floor = fastest_possible_us(problem, arch)
+    if floor is not None and value < floor:
+        ceiling = CEILINGS[arch]
+        return (f"{key} {value!r} µs is faster than any {arch} GPU can run {problem.key}: "
+                f"its {problem.bytes_moved:,} bytes and {problem.flops:,} flops need at least "
+                f"{floor:.4g} µs on an {ceiling.device} ({ceiling.bytes_per_s / 1e12:g} TB/s, "
+                f"{ceiling.flops_per_s / 1e12:g} TFLOP/s, {CEILING_MARGIN}x margin)")
+    return None
+
+
+_CONSISTENT = 1e-6  # the same formula on both sides: only the last digits may differ
+_RATIO_FACTOR = 1.5
+"""How far a paired ratio (the median of per-round ratios) may lie from the ratio of the two
+medians: within 0.8 % over 1,214 correct H200 timings (bench/tune_gpu/results-round10,
+bench/copy_h200); a loaded CPU (the simulated device) strays further. A ratio edited to claim half again the
+speed the times show is refused."""
+
+
+def measurement_physics(m: Measurement, problem: Problem, arch: str) -> str | None:
+    """Why a measurement that :func:`measurement_problem` let through cannot be a timing of
+    ``problem`` on ``arch``, else None. A correct timing carries every figure the measuring
+    side writes (rate, ratio, the baseline's time and rate, rel_err); each time lies between
+    the arch's roofline and a minute; the rate is the one its median gives; the ratio agrees
+    with the baseline's time (within the paired interval when there is one)."""
+    if m.status != "ok":
+        return None
+    for key in ("rate", "ratio", "rel_err", "baseline_median_us", "baseline_rate"):
+        if getattr(m, key) is None:
+            return f"status 'ok' without {key}: a correct timing carries it (the file was edited)"
+    if not m.baseline_name:
+        return "status 'ok' without baseline_name: a correct timing names its baseline"
+    for key in ("median_us", "p10_us", "p90_us", "baseline_median_us"):
+        problem_text = timing_impossible(key, getattr(m, key), problem, arch)
+        if problem_text is not None:
+            return problem_text
+    if m.baseline_median_us is None or m.median_us is None or m.ratio is None:
+        return None  # checked above; for the type checker
+    for key, median in (("rate", m.median_us), ("baseline_rate", m.baseline_median_us)):
+        value, unit = expected_rate(problem, median)
+        given = getattr(m, key)
+        if abs(given - value) > _CONSISTENT * value:
+            return (f"{key} {given!r} is not what a median of {median!r} µs gives for "
+                    f"{problem.key} ({value:.6g} {unit})")
+    _, unit = expected_rate(problem, m.median_us)
+    if m.rate_unit != unit:
+        return f"rate_unit {m.rate_unit!r} is not {unit!r}, the unit of {problem.op}'s rate"
+    if m.ratio <= 0:
+        return f"ratio {m.ratio!r} must be positive"
+    of_medians = m.baseline_median_us / m.median_us
+    if m.ratio_lo is not None and m.ratio_hi is not None:
+        if not m.ratio_lo <= m.ratio <= m.ratio_hi:
+            return (f"ratio {m.ratio!r} lies outside its own interval "
+                    f"[{m.ratio_lo!r}, {m.ratio_hi!r}]")
+    if not of_medians / _RATIO_FACTOR <= m.ratio <= of_medians * _RATIO_FACTOR:
+        return (f"ratio {m.ratio!r} disagrees with the times: the baseline's "
+                f"{m.baseline_median_us!r} µs over the median's {m.median_us!r} µs is "
+                f"{of_medians:.4g}")
+    return None
+
+
+def baseline_physics(b: Baseline, problem: Problem, arch: str) -> str | None:
+    """Why a baseline timing cannot be one of ``problem`` on ``arch``, else None."""
+    for key in ("median_us", "p10_us", "p90_us"):
+        text = timing_impossible(key, getattr(b, key), problem, arch)
+        if text is not None:
+            return text
+    if not b.p10_us <= b.median_us <= b.p90_us:
+        return f"p10 {b.p10_us} <= median {b.median_us} <= p90 {b.p90_us} does not hold"
+    if b.rate is not None:
+        value, unit = expected_rate(problem, b.median_us)
+        if abs(b.rate - value) > _CONSISTENT * value:
+            return (f"rate {b.rate!r} is not what a median of {b.median_us!r} µs gives for "
+                    f"{problem.key} ({value:.6g} {unit})")
+    return None
+
+
+def _check_physics(manifest: BundleManifest, baselines: list[Baseline],
+                   baseline_timings: list[Baseline], measurements: list[Measurement],
+                   where: str) -> None:
+    for key, listed in (("baselines", baselines), ("baseline_timings", baseline_timings)):
+        for i, b in enumerate(listed):
+            if b.problem_key != manifest.problem.key:
+                raise BundleError(f"{where}: {key}[{i}] is for problem {b.problem_key!r}, "
+                                  f"the manifest for {manifest.problem.key!r}")
+            impossible = baseline_physics(b, manifest.problem, manifest.arch)
+            if impossible is not None:
+                raise BundleError(f"{where}: {key}[{i}] ({b.name}): {impossible}")
+    for i, m in enumerate(measurements):
+        impossible = measurement_physics(m, manifest.problem, manifest.arch)
+        if impossible is not None:
+            raise BundleError(f"{where}: measurements[{i}] ({m.genome_hash[:12]}...): "
+                              f"{impossible}")
 
 
 def measurement_problem(m: Measurement, devices: set[str]) -> str | None:
@@ -668,6 +857,14 @@ class BundleEntry:
 BUNDLED_FILES = (ARTIFACT_MANIFEST, LIBRARY_NAME, "genome.json", "build.json")
 """What a GPU machine needs of an artifact; the object, cubin and header stay in the build
 cache (a bundle travels, and hundreds of candidates must fit in one transfer)."""
+
+
+def artifact_checksums(directory: Path) -> dict[str, str]:
+    """{name: sha256} of the :data:`BUNDLED_FILES` an artifact directory holds (what the
+    database records of a build, and what a bundle of it must carry unchanged)."""
+    directory = Path(directory)
+    return {name: file_sha256(directory / name) for name in BUNDLED_FILES
+            if (directory / name).is_file() and not (directory / name).is_symlink()}
 
 
 def _copy_artifact(src: Path, dst: Path) -> tuple[tuple[str, str], ...]:

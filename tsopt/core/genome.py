@@ -287,10 +287,12 @@ class Genome:
         if len(text) > MAX_GENOME_BYTES:
             raise GenomeError(f"genome is {len(text):,} bytes of JSON; a genome has at most "
                               f"{MAX_GENOME_BYTES:,}")
+        from tsopt.core.strict_json import JsonInputError, strict_loads
+
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise GenomeError(f"genome is not valid JSON: {exc}") from None
+            doc = strict_loads(text)
+        except JsonInputError as exc:
+            raise GenomeError(f"genome JSON: {exc}") from None
         return cls.from_dict(doc)
 
     def describe(self) -> str:

@@ -702,7 +702,7 @@ class Driver:
         """Take up what an earlier run left: the seed, then every unfinished trial."""
         import optuna
 
-        seed = self.space.seed_genome(self.request.problem)
+        seed = self.proposer.within_restrictions(self.space.seed_genome(self.request.problem))
         claim = self.store.claim_candidate(self.name, seed, "seed", None, self.run_id)
         recorded = claim.info
         # A seed another live run holds is that run's to finish.

@@ -40,6 +40,7 @@ from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, ProblemError
 from tsopt.core.records import Measurement
 from tsopt.core.standing import standing
+from tsopt.core.strict_json import JsonInputError, strict_loads
 from tsopt.search.warm_start import enqueue_genomes, shape_distance
 
 if TYPE_CHECKING:
@@ -137,11 +138,13 @@ def load_library(path: Path | str | None = None) -> list[LibraryEntry]:
     """The entries of the library at ``path`` (:func:`library_path`); none when the file does
     not exist. Raises UserInputError naming the file and the first bad entry."""
     where = library_path(path)
-    if not where.exists():
+    if not where.exists() and not where.is_symlink():
         return []
+    if not where.is_file():  # a directory, a pipe (its read would never end), a broken link
+        raise UserInputError(f"seed library {where}: not a plain file")
     try:
-        doc = json.loads(where.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        doc = strict_loads(where.read_text())
+    except (OSError, UnicodeDecodeError, JsonInputError) as exc:
         raise UserInputError(f"seed library {where}: not readable JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise UserInputError(f"seed library {where}: not a {FORMAT} file")

@@ -90,6 +90,20 @@ class _Recording:
         return getattr(self._trial, name)
 
 
+class _Within:
+    """A trial that answers from ``params`` where the view allows the value, else with the
+    view's first allowed choice."""
+
+    def __init__(self, params: Mapping[str, Any], view: KnobView) -> None:
+        self._params = params
+        self._view = view
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        allowed = self._view.choices(name, choices)
+        value = self._params.get(name, _MISSING)
+        return value if value in allowed else allowed[0]
+
+
 class _Fixed:
     """A trial that answers from ``params`` (a knob it lacks: its first choice)."""
 
@@ -163,6 +177,23 @@ class Proposer:
             if hasattr(trial, "set_user_attr"):
                 trial.set_user_attr(REPAIRED_ATTR, repaired)
         return Proposal(genome, proposed, params, repaired, legal, tests)
+
+    def within_restrictions(self, genome: Genome) -> Genome:
+        """``genome`` (the space's seed) with each knob a ``--knob`` fixes set to an allowed
+        choice, the other knobs repaired around them into the legal set: the study's first
+        candidate obeys its restrictions like every other. ``genome`` itself when it does."""
+        params = self.space.params_of(genome)
+        if all(params.get(k, _MISSING) in allowed for k, allowed in self.view.restrict.items()
+               if k in params):
+            return genome
+        restrict = self.view.restrict
+        fixed = {k: v if k not in restrict or v in restrict[k] else restrict[k][0]
+                 for k, v in params.items()}
+        if self.factors:
+            found = self.nearest_legal(fixed, keep=frozenset(self.view.restrict))
+            if found is not None:
+                fixed = found
+        return self.space.suggest(_Within(fixed, self.view), self.problem)
 
     def repair(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], bool, int]:
         """The nearest params every factor accepts: (params, legal, tests made). Factor by

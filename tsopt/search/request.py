@@ -3,7 +3,9 @@ starts. :func:`tsopt.search.driver.run_tune` carries it out."""
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +20,46 @@ POOLS = ("ray", "processes")  # what `--workers N` verifies and builds on
 LIBRARY_ON, LIBRARY_OFF, LIBRARY_EXCLUDE_SELF = "on", "off", "exclude-self"
 LIBRARY_MODES = (LIBRARY_ON, LIBRARY_OFF, LIBRARY_EXCLUDE_SELF)
 """What a study started from (``TuneRequest.library_mode``)."""
+
+WORKERS_PER_CORE = 4
+"""``--workers`` on this machine: at most this many per core (and at least
+:data:`MIN_WORKERS_BOUND` allowed): a build holds a core and gigabytes, and more workers than
+that only queue."""
+MIN_WORKERS_BOUND = 64
+MAX_CLUSTER_WORKERS = 4096
+"""``--workers`` with ``--ray-address``: the cluster's cores are not this machine's."""
+RAY_CONNECT_TIMEOUT_S = 3.0
+"""How long ``--ray-address`` may take to answer a connection before the run is refused
+(Ray's own connect retries for minutes)."""
+
+
+def max_workers(ray_address: str | None) -> int:
+    """The most ``--workers`` a run may ask for: :data:`WORKERS_PER_CORE` per core of this
+    machine (at least :data:`MIN_WORKERS_BOUND`), or :data:`MAX_CLUSTER_WORKERS` on a cluster."""
+    if ray_address:
+        return MAX_CLUSTER_WORKERS
+    return max(MIN_WORKERS_BOUND, WORKERS_PER_CORE * (os.cpu_count() or 1))
+
+
+def check_ray_address(address: str) -> None:
+    """UserInputError unless ``address`` (HOST:PORT or ray://HOST:PORT; ``auto`` is Ray's to
+    find) answers a TCP connection within :data:`RAY_CONNECT_TIMEOUT_S`."""
+    if address in ("auto", "local"):
+        return
+    host, sep, port_text = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UserInputError(f"--ray-address {address!r} is not HOST:PORT (or ray://HOST:PORT, "
+                             "or auto)")
+    try:
+        with socket.create_connection((host, int(port_text)), timeout=RAY_CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        raise UserInputError(
+            f"--ray-address {address!r}: nothing answers at {host}:{port_text} within "
+            f"{RAY_CONNECT_TIMEOUT_S:g} s ({why}); start the cluster's head there "
+            "(`ray start --head`) or leave --ray-address out") from None
 
 
 @dataclass(frozen=True)
@@ -135,6 +177,12 @@ class TuneRequest:
             raise UserInputError(f"--sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
         if self.workers < 0:
             raise UserInputError(f"--workers {self.workers} must be >= 0")
+        bound = max_workers(self.ray_address)
+        if self.workers > bound:
+            where = ("on a Ray cluster" if self.ray_address else
+                     f"on this machine ({os.cpu_count()} cores, {WORKERS_PER_CORE} per core)")
+            raise UserInputError(f"--workers {self.workers} is more than {bound}, the most "
+                                 f"{where}")
         if self.patience is not None and self.patience < 1:
             raise UserInputError(f"--patience {self.patience} must be at least 1")
         if self.measure not in ("auto", "never", "always"):
@@ -154,3 +202,5 @@ class TuneRequest:
         if self.pool == "processes" and self.ray_address:
             raise UserInputError(f"--pool processes builds on this machine; --ray-address "
                                  f"{self.ray_address!r} needs --pool ray")
+        if self.ray_address:
+            check_ray_address(self.ray_address)  # last: the only check that waits

@@ -64,9 +64,11 @@ def is_ordinal(knob: Knob) -> bool:
 def parse_restrictions(specs: Sequence[str], knobs: Sequence[Knob]) -> dict[str, tuple[Any, ...]]:
     """``["stages=2,4", "persistent=false"]`` -> {knob: allowed choices}, matched against the
     knobs' choices by their text (``true``/``false`` for flags). Raises UserInputError naming an
-    unknown knob or a value that is not one of its choices."""
+    unknown knob, a value that is not one of its choices, or a knob restricted twice (which of
+    ``stages=2`` and ``stages=4`` was meant cannot be guessed)."""
     by_name = {k.name: k for k in knobs}
     restricted: dict[str, tuple[Any, ...]] = {}
+    given: dict[str, str] = {}
     for spec in specs:
         name, sep, values = spec.partition("=")
         name = name.strip()
@@ -75,6 +77,11 @@ def parse_restrictions(specs: Sequence[str], knobs: Sequence[Knob]) -> dict[str,
         knob = by_name.get(name)
         if knob is None:
             raise UserInputError(f"--knob {spec!r}: no knob {name!r}; knobs: {', '.join(by_name)}")
+        if name in given:
+            raise UserInputError(f"--knob {spec!r}: knob {name!r} is already restricted by "
+                                 f"--knob {given[name]!r}; give its choices once "
+                                 f"({name}=V1,V2...)")
+        given[name] = spec
         by_text = {str(c).lower(): c for c in knob.choices}
         allowed = []
         # Choices may hold commas themselves (placements): take the longest match each time.
