@@ -27,9 +27,12 @@ class TuneRequest:
     ``trials`` None: no bound on proposals, another budget ends the run).
     ``time_budget_s`` bounds this run; ``patience`` stops after that many trials without a
     faster measurement (never without a GPU: nothing is measured). ``workers`` > 0 (or a
-    ``ray_address``) verifies and builds in Ray tasks; 0 does it here, one at a time.
+    ``ray_address``) verifies and builds in Ray tasks; 0 does it here, one at a time; None
+    (the default) takes :func:`auto_workers` of this machine's cores, in local build
+    processes unless ``pool="ray"`` or a ``ray_address`` is given.
     ``pool="processes"`` (with ``workers`` > 0) builds in that many local processes instead
-    of Ray, and measures on this machine's GPU (:mod:`tsopt.search.pools.process_pool`).
+    of Ray, and measures on this machine's GPU (:mod:`tsopt.search.pools.process_pool`);
+    ``pool`` None: processes for the automatic count, Ray for an explicit ``workers`` > 0.
     ``knobs`` restricts knobs (``"stages=2,4"``). ``library`` starts a new study from the seed
     library's schedules for the nearest shape class (:mod:`tsopt.search.library`), before the
     warm starts; ``sampler`` defaults to ``evolve`` (:mod:`tsopt.search.evolve`).
@@ -50,7 +53,7 @@ class TuneRequest:
     study: str | None = None
     db_url: str = "sqlite:///tsopt.db"
     bundle_dir: Path | None = None
-    workers: int = 0
+    workers: int | None = None  # None: auto_workers(cores, GPUs measuring here)
     seed: int = 0
     cache_dir: Path = Path(".tsopt") / "artifacts"
     measure: str = "auto"  # auto | never | always
@@ -59,7 +62,7 @@ class TuneRequest:
     warm_start: bool = True
     library: bool = True  # start from the seed library (tsopt.search.library)
     knobs: tuple[str, ...] = field(default_factory=tuple)
-    pool: str = "ray"  # ray | processes: what --workers N runs on
+    pool: str | None = None  # ray | processes: what --workers N runs on (None: see above)
     gpus: int | None = None  # GPUs measuring, one worker each (None: every one visible)
     deterministic: bool = False  # only genomes whose output is bit-identical run after run
 
@@ -94,7 +97,7 @@ class TuneRequest:
             raise UserInputError("no budget: give --trials, --built, --measured or --time")
         if self.sampler not in SAMPLERS:
             raise UserInputError(f"--sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
-        if self.workers < 0:
+        if self.workers is not None and self.workers < 0:
             raise UserInputError(f"--workers {self.workers} must be >= 0")
         if self.patience is not None and self.patience < 1:
             raise UserInputError(f"--patience {self.patience} must be at least 1")
@@ -102,11 +105,38 @@ class TuneRequest:
             raise UserInputError(f"measure mode {self.measure!r} is not auto, never or always")
         if self.gpus is not None and self.gpus < 1:
             raise UserInputError(f"--gpus {self.gpus} must be at least 1 (or all)")
-        if self.pool not in POOLS:
+        if self.pool is not None and self.pool not in POOLS:
             raise UserInputError(f"--pool {self.pool!r} is not one of {', '.join(POOLS)}")
-        if self.pool == "processes" and self.workers < 1:
+        if self.pool == "processes" and self.workers is not None and self.workers < 1:
             raise UserInputError(f"--pool processes needs --workers N >= 1 (got --workers "
                                  f"{self.workers}; --workers 0 builds in this process)")
         if self.pool == "processes" and self.ray_address:
             raise UserInputError(f"--pool processes builds on this machine; --ray-address "
                                  f"{self.ray_address!r} needs --pool ray")
+
+
+# What the driver keeps for itself: its own loop (proposals, predictions, records) takes one
+# core, and each GPU measured from this machine another (its measuring child's host thread
+# waits on the GPU in a spin).
+DRIVER_CORES = 1
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity, not the machine's count)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def auto_workers(cores: int, measuring_gpus: int) -> int:
+    """``--workers``' default: the cores less one for the driver and one per GPU measured
+    from this machine, at least 1; 1 with no GPU to feed means building in the driver's own
+    process, one at a time (0), as a second process would only add a copy of the DSL.
+
+    A build costs 3-13 CPU-s (bench/driver_scale) while a bundle candidate measures in about
+    0.25 s, so a GPU is fed only by many builders: 16 cores and one H200 give 14."""
+    slots = max(1, cores - DRIVER_CORES - measuring_gpus)
+    return 0 if slots == 1 and measuring_gpus == 0 else slots
