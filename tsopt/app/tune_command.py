@@ -122,7 +122,7 @@ def parse_workers(text: str | int | None) -> int | None:
     except (TypeError, ValueError):
         raise UserInputError(f"--workers {text!r} is not a number of workers or 'auto'") from None
     if count < 0:
-        raise UserInputError(f"--workers {text!r} must be >= 0 (or 'auto')")
+        raise UserInputError(f"--workers {count} must be >= 0 (or 'auto')")
     return count
 
 
