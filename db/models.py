@@ -200,6 +200,10 @@ class CandidateRow(Base):
     build_id: Mapped[int | None] = mapped_column(ForeignKey("tsopt_build.id"))
     # The run verifying, building or measuring it (a run of another process waits for it).
     claimed_by: Mapped[str | None] = mapped_column(String(64))
+    # Revision 0006: where its build ran (a Ray node id, else the host) and how long it waited
+    # for a build slot (from the driver's queueing to the result, less the worker's own time).
+    build_node: Mapped[str | None] = mapped_column(String(255))
+    build_wait_s: Mapped[float | None] = mapped_column(Float)
 
 
 class MeasurementRow(Base):
@@ -237,6 +241,9 @@ class MeasurementRow(Base):
     conditions_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
     # The launch mode it was timed in (revision 0006; before it, every one was "isolated").
     launch: Mapped[str] = mapped_column(String(16), server_default="isolated")
+    # Revision 0006: how long the candidate waited for a GPU (from the driver's queueing to
+    # the result, less ``seconds``, the measuring worker's own time).
+    wait_s: Mapped[float | None] = mapped_column(Float)
 
 
 class BaselineRow(Base):

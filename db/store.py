@@ -841,8 +841,11 @@ class Store:
             row = session.scalar(select(BuildRow).where(BuildRow.cache_key == cache_key))
             return queries.build_record(row) if row is not None else None
 
-    def record_build(self, candidate_id: int, build: BuildResult) -> None:
-        """Attach the build to the candidate, caching it by ``build.cache_key``.
+    def record_build(self, candidate_id: int, build: BuildResult, node: str | None = None,
+                     wait_s: float | None = None) -> None:
+        """Attach the build to the candidate, caching it by ``build.cache_key``; ``node``
+        (the Ray node or host whose worker built it) and ``wait_s`` (how long it waited for a
+        build slot) are the candidate's, not the cached build's.
 
         A cached successful build is kept; a cached failure is replaced by a
         later success under the same key (a retry that worked).
@@ -878,6 +881,21 @@ class Store:
             elif row.files_json is None and row.status == "ok" and files:
                 row.files_json = values["files_json"]  # a build recorded before revision 0006
             candidate.build_id = row.id
+            if node is not None:
+                candidate.build_node = node[:255]
+            if wait_s is not None:
+                candidate.build_wait_s = max(0.0, wait_s)
+
+    def build_nodes(self, study: str) -> dict[str, int]:
+        """How many of the study's candidates each node built (recorded ones only)."""
+        with self._reading() as session:
+            study_id = self._study_row(session, study).id
+            rows = session.execute(select(CandidateRow.build_node).where(
+                CandidateRow.study_id == study_id, CandidateRow.build_node.is_not(None))).all()
+        counts: dict[str, int] = {}
+        for (node,) in rows:
+            counts[node] = counts.get(node, 0) + 1
+        return counts
 
     def recorded_build(self, study: str, genome_hash: str) -> RecordedBuild | None:
         """What this database recorded of the build of ``genome_hash`` in ``study``: None when
@@ -898,8 +916,10 @@ class Store:
                                  row.status, row.artifact_dir, files)
 
     # -- measurements -------------------------------------------------------------------
-    def record_measurement(self, candidate_id: int, m: Measurement, run_id: str) -> bool:
-        """Record one timing of a candidate; False if this run already recorded it."""
+    def record_measurement(self, candidate_id: int, m: Measurement, run_id: str,
+                           wait_s: float | None = None) -> bool:
+        """Record one timing of a candidate (``wait_s``: how long it waited for a GPU);
+        False if this run already recorded it."""
         if m.status not in MEASURE_STATUSES:
             raise ValueError(f"measurement status {m.status!r} is not one of {MEASURE_STATUSES}")
         with self._writing() as session:
@@ -914,7 +934,8 @@ class Store:
             for derived in ("genome_hash", "problem_key"):
                 fields.pop(derived)
             fields["conditions_json"] = json.dumps(fields.pop("conditions"), sort_keys=True)
-            fresh = MeasurementRow(candidate_id=candidate_id, run_id=run_id, **fields)
+            fresh = MeasurementRow(candidate_id=candidate_id, run_id=run_id,
+                                   wait_s=None if wait_s is None else max(0.0, wait_s), **fields)
             return self._insert_or_get(session, fresh, lookup) is fresh
 
     def record_baseline(

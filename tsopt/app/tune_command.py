@@ -39,16 +39,18 @@ MEASURED_HELP = ("Stop once the study holds N candidates measured correct (timed
 SAMPLER_HELP = ("evolve (default: one-gene moves from the best measured, ranked by a cost model), "
                 "tpe, random, cmaes (numeric knobs; the others fall back to TPE) or grid "
                 "(exhaustive; small or --knob-restricted spaces).")
-WORKERS_HELP = ("Workers verifying and building in parallel (0: one at a time in this "
-                "process). With N > 0 a local Ray cluster of N CPUs is started, or joined with "
-                "--ray-address; each GPU gets a measuring actor. With --pool processes: N "
-                "local build processes instead of Ray. At most 4 per core of this machine "
-                "(at least 64), or 4096 with --ray-address.")
+WORKERS_HELP = ("Workers verifying and building in parallel: auto (default: this machine's "
+                "cores less one for the driver and one per GPU measuring here, as local build "
+                "processes; 1 means one at a time in this process), 0 (one at a time in this "
+                "process) or N. With N > 0 a local Ray cluster of N CPUs is started, or joined "
+                "with --ray-address; each GPU gets a measuring actor. With --pool processes: N "
+                "local build processes instead of Ray. At most 4 per core of this machine (at least "
+                "64), or 4096 with --ray-address.")
 RAY_HELP = ("Join this Ray cluster (HOST:PORT of its head) instead of starting a local one; "
-            "refused when nothing answers there within 3 s.")
-POOL_HELP = ("What --workers N runs on: ray (default; a local Ray cluster, or --ray-address) "
-             "or processes (N build processes on this machine, no Ray; measuring on this "
-             "machine's GPU if it has one).")
+            "refused when nothing answers there within seconds.")
+POOL_HELP = ("What --workers N runs on: ray (the default for an explicit N; a local Ray "
+             "cluster, or --ray-address) or processes (the default for --workers auto: N build "
+             "processes on this machine, no Ray; measuring on this machine's GPU if it has one).")
 GPUS_HELP = ("GPUs that measure, one measuring worker each (pinned to its GPU): N (the first "
              "N this process sees) or all.")
 PATIENCE_HELP = ("Stop after N trials without a faster measurement. Improvement needs "
@@ -93,9 +95,9 @@ TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("db", str, typer.Option(DEFAULT_DB, help=DB_HELP)),
     ("bundle", Path | None, typer.Option(None, help="Bundle directory (default: "
                                                      ".tsopt/bundles/<study>).")),
-    ("workers", int, typer.Option(0, help=WORKERS_HELP)),
+    ("workers", str, typer.Option("auto", help=WORKERS_HELP)),
     ("ray_address", str | None, typer.Option(None, "--ray-address", help=RAY_HELP)),
-    ("pool", str, typer.Option("ray", help=POOL_HELP)),
+    ("pool", str | None, typer.Option(None, help=POOL_HELP)),
     ("gpus", str, typer.Option("all", help=GPUS_HELP)),
     ("warm_start", bool, typer.Option(True, "--warm-start/--no-warm-start", help=WARM_HELP)),
     ("library", bool, typer.Option(True, "--library/--no-library", help=LIBRARY_HELP)),
@@ -132,6 +134,19 @@ def resolve_trials(trials: int | None, built: int | None, measured: int | None,
     return None if (built, measured, time_budget_s) != (None, None, None) else DEFAULT_TRIALS
 
 
+def parse_workers(text: str | int | None) -> int | None:
+    """``--workers``: ``"auto"`` (or None) -> None, ``"4"`` -> 4; UserInputError naming it."""
+    if text is None or (isinstance(text, str) and text.strip().lower() == "auto"):
+        return None
+    try:
+        count = int(text)
+    except (TypeError, ValueError):
+        raise UserInputError(f"--workers {text!r} is not a number of workers or 'auto'") from None
+    if count < 0:
+        raise UserInputError(f"--workers {count} must be >= 0 (or 'auto')")
+    return count
+
+
 def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[None]],
                console: Console) -> Callable[..., None]:
     sizes = OP_SPECS[entry.op].size_names
@@ -152,7 +167,8 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
                 built=options["built"], measured=options["measured"],
                 time_budget_s=time_budget_s, sampler=options["sampler"],
                 arch=options["arch"], study=options["study"], db_url=options["db"],
-                bundle_dir=options["bundle"], workers=options["workers"], seed=options["seed"],
+                bundle_dir=options["bundle"], workers=parse_workers(options["workers"]),
+                seed=options["seed"],
                 ray_address=options["ray_address"], patience=options["patience"],
                 warm_start=options["warm_start"], library=options["library"],
                 library_exclude_self=options["library_exclude_self"],

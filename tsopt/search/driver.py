@@ -147,6 +147,7 @@ class Job:
     outcome: Outcome | None = None
     awaiting: bool = False
     waiters: list[Any] = field(default_factory=list)  # duplicate trials asked meanwhile
+    queued_at: float = 0.0  # monotonic: when it last joined the queue for a build slot
 
     @property
     def number(self) -> int | None:
@@ -202,6 +203,7 @@ class Driver:
         self.heartbeat: Heartbeat | None = None
         self.foreign: list[ForeignWait] = []
         self.next_foreign_poll = 0.0
+        self.gpu_queued_at: dict[int, float] = {}  # id(tag) -> monotonic, handed to the GPUs
 
     # -- set-up ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -235,6 +237,12 @@ class Driver:
         self.view = KnobView.of(space, request.problem, request.sampler,
                                 parse_restrictions(request.knobs, knobs))
 
+        # Refused before the database is touched: a refusal changes nothing.
+        self._check_gpu_count()
+        if request.ray_address:
+            from tsopt.search.pools.ray_pool import check_reachable
+
+            check_reachable(request.ray_address)
         self.store: Store = Store(request.db_url)
         # Whole verdicts are shared across studies through the database: the proposals'
         # factor verdicts and the candidates' alike are read before verifying, written after.
@@ -451,23 +459,24 @@ class Driver:
             kind = str(getattr(self.measure_pool, "name", "injected"))
             self.run_ids = {i: f"{kind}-{uuid.uuid4()}-{i}"
                             for i in range(self.measure_pool.slots)}
-        if request.pool == "processes":
+        workers, pool, rule = self._resolve_workers()
+        if pool == "processes":
             from tsopt.search.pools.process_pool import ProcessBuildPool
 
-            self.pool = ProcessBuildPool(request.workers)
+            self.pool = ProcessBuildPool(workers)
             if self.measure_pool is None and _gpu_here(request.measure):
                 self._measure_here()
             measuring = ("nothing measured here: built candidates go to the bundle"
                          if self.measure_pool is None else
                          f"measuring on {self.measure_pool.slots} of this machine's GPUs"
                          if self.measure_pool.slots > 1 else "measuring on this machine's GPU")
-            self.console.print(f"workers: {self.pool.slots} build processes on this machine "
+            self.console.print(f"workers: {self.pool.slots} build processes on this machine{rule} "
                                f"({measuring})", highlight=False)
-        elif request.workers > 0 or request.ray_address:
+        elif pool == "ray":
             from tsopt.search.pools.ray_pool import RayBuildPool, RayMeasurePool, start_ray
 
-            self.cluster = start_ray(request.ray_address, request.workers, request.arch)
-            slots = request.workers or max(1, self.cluster.cpus)
+            self.cluster = start_ray(request.ray_address, workers, request.arch)
+            slots = workers or max(1, self.cluster.cpus)
             self.pool = RayBuildPool(slots)
             gpus = self.cluster.gpus if request.measure != "never" else 0
             devices: tuple[int | None, ...] = ()
@@ -478,7 +487,7 @@ class Driver:
 
                 devices = measuring_gpus(request.gpus)
                 gpus = len(devices)
-            if request.measure == "always" and not gpus:
+            if request.measure == "always" and not gpus and self.measure_pool is None:
                 raise UserInputError("measurement was requested but the Ray cluster has no GPU")
             if request.gpus is not None and not devices and gpus:
                 if request.gpus > gpus:
@@ -492,17 +501,74 @@ class Driver:
                     if devices else RayMeasurePool(gpus))
                 self.run_ids = {i: f"ray-{uuid.uuid4()}-gpu{i}" for i in range(gpus)}
             where = request.ray_address or "a local Ray cluster"
-            self.console.print(f"workers: {slots} build slots on {where} "
+            self.console.print(f"workers: {slots} build slots on {where}{rule} "
                                f"({self.cluster.cpus} CPUs, {self.cluster.gpus} GPUs)",
                                highlight=False)
         else:
             self.pool = SerialBuildPool()
             if self.measure_pool is None and _gpu_here(request.measure):
                 self._measure_here()
+            if rule:
+                self.console.print(f"workers: building in this process, one at a time{rule}",
+                                   highlight=False)
+        if self.measure_pool is not None:
+            self.stats.measuring_since = time.monotonic()
         if self.measure_pool is not None and hasattr(self.measure_pool, "priority"):
             # The GPU is the narrow end at large problems (a 8192^3 study builds faster than
             # it measures): what waits is measured in the model's order, not the proposals'.
             self.measure_pool.priority = self._measure_priority
+
+    def _resolve_workers(self) -> tuple[int, str, str]:
+        """How many build workers, on which pool (``serial``, ``processes`` or ``ray``), and
+        the rule that chose the count when ``--workers`` was not given (else "")."""
+        from tsopt.search.request import DRIVER_CORES, auto_workers, machine_cores
+
+        request = self.request
+        if request.ray_address:
+            # Joining a cluster with no count: as many build slots as the cluster has CPUs.
+            return request.workers or 0, "ray", ""
+        if request.workers == 0:
+            return 0, "serial", ""
+        if request.workers is not None:
+            return request.workers, "processes" if request.pool == "processes" else "ray", ""
+        gpus = self._gpus_measured_here()
+        cores = machine_cores()
+        workers = auto_workers(cores, gpus)
+        rule = (f" (--workers auto: {cores} core{'s' if cores != 1 else ''} less "
+                f"{DRIVER_CORES} for the driver and {gpus} for measuring)")
+        if request.pool is not None:
+            return max(1, workers), request.pool, rule
+        return workers, "processes" if workers else "serial", rule
+
+    def _gpus_measured_here(self) -> int:
+        """GPUs this process will measure on (each takes a core of the driver's machine)."""
+        if self.injected_measure_pool is not None:
+            return int(self.injected_measure_pool.slots)
+        if self.request.measure == "never":
+            return 0
+        from tsopt.workers.machine import gpu_present
+
+        if not gpu_present():
+            return 0
+        from tsopt.workers.gpus import measuring_gpus
+
+        return len(measuring_gpus(self.request.gpus))
+
+    def _check_gpu_count(self) -> None:
+        """``--gpus N`` beyond this machine's GPUs is refused before anything is recorded
+        (a Ray cluster's GPUs are counted when it is joined)."""
+        request = self.request
+        if (request.gpus is None or request.measure == "never" or request.ray_address
+                or self.injected_measure_pool is not None):
+            return
+        from tsopt.workers.machine import gpu_present
+
+        if not gpu_present():
+            raise UserInputError(f"--gpus {request.gpus}: this machine has no GPU (without "
+                                 "--gpus, built candidates go to a bundle for `tsopt measure`)")
+        from tsopt.workers.gpus import measuring_gpus
+
+        measuring_gpus(request.gpus)  # raises naming the count it sees
 
     def _measure_priority(self, tag: Any) -> float | None:
         """A queued candidate's rank for the GPU: the sampler's predicted time for its trial.
@@ -837,6 +903,7 @@ class Driver:
         built = job.build is not None and job.build.ok and bool(job.build.artifact_dir) and \
             Path(job.build.artifact_dir or "").exists()
         if job.verdict is None or not built:
+            job.queued_at = time.monotonic()
             self.to_evaluate.append(job)
             return
         self._to_measure(job)
@@ -916,7 +983,12 @@ class Driver:
             return
         if not build.ok and self.interrupted:
             return  # maybe killed by the Ctrl-C itself: not recorded, the next run builds it
-        self.store.record_build(job.candidate_id, build)
+        # Queued to returned, less the worker's own time: the wait for a slot (and the trip).
+        wait = (time.monotonic() - job.queued_at - evaluation.seconds.get("total", 0.0)
+                if job.queued_at else None)
+        self.store.record_build(job.candidate_id, build, node=evaluation.node or None,
+                                wait_s=wait)
+        self.stats.note_build(evaluation.node, wait)
         job.build = build
         if not build.ok:
             self.stats.build_failed += 1
@@ -966,11 +1038,28 @@ class Driver:
             self.left_for_resume += 1  # built after the cut: measured by a later run
             return
         if self.measure_pool is not None:
-            self.measure_pool.submit(job, MeasureRequest(job.build.artifact_dir, job.genome.hash,
-                                                         self.request.problem.to_dict(),
-                                                         launch=self.launch))
+            self._submit_measure(job, MeasureRequest(job.build.artifact_dir, job.genome.hash,
+                                                     self.request.problem.to_dict(),
+                                                     launch=self.launch))
         else:
             self.to_bundle.append(job)
+
+    def _submit_measure(self, tag: Any, request: MeasureRequest) -> None:
+        assert self.measure_pool is not None
+        self.gpu_queued_at[id(tag)] = time.monotonic()
+        self.measure_pool.submit(tag, request)
+
+    def _gpu_wait(self, done: MeasureDone) -> float | None:
+        """How long ``done``'s request waited for its GPU (queued to returned, less the
+        measuring worker's own time); its GPU's busy time is counted."""
+        self.stats.gpu_busy_s[done.worker] = (self.stats.gpu_busy_s.get(done.worker, 0.0)
+                                              + done.result.seconds)
+        queued = self.gpu_queued_at.pop(id(done.tag), None)
+        if queued is None:
+            return None
+        wait = max(0.0, time.monotonic() - queued - done.result.seconds)
+        self.stats.gpu_waits.append(wait)
+        return wait
 
     def _flush_bundle(self) -> None:
         """Add the built candidates to the bundle; their trials wait for `tsopt ingest`."""
@@ -998,8 +1087,9 @@ class Driver:
 
     def _measured(self, done: MeasureDone) -> None:
         job, result = done.tag, done.result
+        wait = self._gpu_wait(done)
         if isinstance(job, Remeasure):
-            self._remeasured(job, done)
+            self._remeasured(job, done, wait)
             return
         if result.unusable is not None or result.measurement is None:
             # This GPU cannot measure at all (its baseline failed): bundle from here on.
@@ -1021,7 +1111,7 @@ class Driver:
                 baseline.problem_key, baseline.name, baseline.device, run_id, baseline.median_us,
                 baseline.p10_us, baseline.p90_us, baseline.rate, baseline.rate_unit)
             self.baselines_recorded.add((run_id, baseline.problem_key))
-        self.store.record_measurement(job.candidate_id, measured, run_id)
+        self.store.record_measurement(job.candidate_id, measured, run_id, wait_s=wait)
         job.measurement = measured
         self._note_machine(measured)
         self.stats.measured[measured.status] += 1
@@ -1078,16 +1168,16 @@ class Driver:
         for candidate_id, genome_hash, artifact in again:
             if artifact and Path(artifact).exists():
                 self.rechecks += 1
-                self.measure_pool.submit(
+                self._submit_measure(
                     Remeasure(candidate_id, genome_hash, f"recheck{self.rechecks}"),
                     MeasureRequest(artifact, genome_hash, problem, gpu=gpu, launch=self.launch))
 
-    def _remeasured(self, tag: Remeasure, done: MeasureDone) -> None:
+    def _remeasured(self, tag: Remeasure, done: MeasureDone, wait: float | None) -> None:
         measured = done.result.measurement
         if measured is None or done.result.unusable is not None:
             return  # a remeasurement adds evidence; without one the first stands
         run_id = f"{self.run_ids.get(done.worker, 'ray')}-{tag.label}"
-        self.store.record_measurement(tag.candidate_id, measured, run_id)
+        self.store.record_measurement(tag.candidate_id, measured, run_id, wait_s=wait)
         self.stats.remeasured += 1
 
     def _confirm(self) -> None:
@@ -1102,7 +1192,7 @@ class Driver:
         self.console.print(f"confirming the top {len(ranked)}: each measured again, twice, in "
                            "alternation", highlight=False)
         for tag, request in order:
-            self.measure_pool.submit(tag, request)
+            self._submit_measure(tag, request)
         while self.measure_pool is not None and self.measure_pool.pending() and not self.interrupted:
             for done in self.measure_pool.poll(POLL_S):
                 self._measured(done)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -76,19 +77,21 @@ class Evaluation:
     # total (wall) and cpu (CPU seconds of the process and the linker)
     pid: int = 0
     searches: tuple[TsSearch, ...] = ()  # the exhaustive TS searches this evaluation ran
+    node: str = ""  # where it ran: the Ray node id in a Ray task, else the host name
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict.to_dict(), "verdict_key": self.verdict_key,
                 "build": self.build.to_dict() if self.build else None,
                 "seconds": dict(self.seconds), "pid": self.pid,
-                "searches": [x.to_dict() for x in self.searches]}
+                "searches": [x.to_dict() for x in self.searches], "node": self.node}
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Evaluation:
         return cls(Verdict.from_dict(doc["verdict"]), doc["verdict_key"],
                    BuildResult.from_dict(doc["build"]) if doc.get("build") else None,
                    dict(doc.get("seconds") or {}), int(doc.get("pid") or 0),
-                   tuple(TsSearch.from_dict(x) for x in doc.get("searches") or ()))
+                   tuple(TsSearch.from_dict(x) for x in doc.get("searches") or ()),
+                   str(doc.get("node") or ""))
 
 
 _SPACES: dict[str, SearchSpace] = {}
@@ -190,7 +193,7 @@ def evaluate(request: EvaluateRequest) -> Evaluation:
                            link=build.link_seconds)
     seconds["total"] = time.perf_counter() - start
     seconds["cpu"] = _cpu_seconds() - cpu_start
-    return Evaluation(verdict, key, build, seconds, os.getpid(), searches)
+    return Evaluation(verdict, key, build, seconds, os.getpid(), searches, socket.gethostname())
 
 
 def failure_text(exc: BaseException) -> str:

@@ -1,10 +1,13 @@
 """What a tuning run shows while it works, and its closing summary (rich).
 
-The live view has three lines under a trial bar: candidates per stage
+The live view has four lines under a trial bar: candidates per stage
 (proposed and seen before, verified valid, rejected by rule, built with cache
 hits and failures, measured by status, waiting in a bundle), the best so far
-against the vendor baseline, and the rate with an ETA from whichever budget
-ends first (trials or time).
+against the vendor baseline, the rate with an ETA from whichever budget
+ends first (trials or time), and the flow: each GPU's busy fraction (its
+measuring time over the time since measuring started) and how long candidates
+waited for a build slot and for a GPU (median and longest). The summary repeats
+the flow line and says which nodes built how many of the study's candidates.
 
 A trial is one proposal of the sampler. Most proposals of a schedule space are
 rejected by the verifier before anything is built, so the summary says what
@@ -52,6 +55,33 @@ class TuneStats:
     best_trial: int | None = None
     baseline_name: str = ""
     started: float = field(default_factory=time.monotonic)
+    measuring_since: float | None = None  # monotonic: when the GPUs' workers were started
+    gpu_busy_s: dict[int, float] = field(default_factory=dict)  # measuring seconds per GPU
+    build_waits: list[float] = field(default_factory=list)  # per built candidate, seconds
+    gpu_waits: list[float] = field(default_factory=list)  # per measurement, seconds
+    built_on: Counter[str] = field(default_factory=Counter)  # node -> candidates built
+
+    def note_build(self, node: str, wait_s: float | None) -> None:
+        """A build came back from ``node`` after waiting ``wait_s`` for its slot."""
+        if node:
+            self.built_on[node] += 1
+        if wait_s is not None:
+            self.build_waits.append(max(0.0, wait_s))
+
+    def busy_fractions(self, now: float | None = None) -> dict[int, float]:
+        """Each GPU worker's measuring time over the time since measuring started."""
+        if self.measuring_since is None:
+            return {}
+        span = max(1e-9, (time.monotonic() if now is None else now) - self.measuring_since)
+        return {gpu: min(1.0, busy / span) for gpu, busy in sorted(self.gpu_busy_s.items())}
+
+    def flow_line(self) -> str:
+        """GPUs' busy fractions and the waits for a build slot and for a GPU."""
+        busy = self.busy_fractions()
+        gpus = (", ".join(f"{gpu} {share:.0%}" for gpu, share in busy.items())
+                if busy else ("idle so far" if self.measuring_since is not None else "none here"))
+        return (f"GPU busy: {gpus} | waited for a build: {_waits(self.build_waits)}"
+                f" | for a GPU: {_waits(self.gpu_waits)}")
 
     def offer_best(self, median_us: float, ratio: float | None, genome_hash: str,
                    trial: int | None, baseline_name: str = "") -> bool:
@@ -106,6 +136,13 @@ class TuneStats:
         return f"{self.stage_line()} | {self.best_line()}"
 
 
+def _waits(waits: list[float]) -> str:
+    if not waits:
+        return "-"
+    ordered = sorted(waits)
+    return f"median {ordered[len(ordered) // 2]:.1f} s, longest {ordered[-1]:.1f} s (n={len(ordered)})"
+
+
 def _clock(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
@@ -130,7 +167,8 @@ class TuneProgress:
 
     def _render(self) -> RenderableType:
         lines = Text("\n".join((self.stats.stage_line(), self.stats.best_line(),
-                                self.stats.rate_line(self.remaining, self.time_left_s))))
+                                self.stats.rate_line(self.remaining, self.time_left_s),
+                                self.stats.flow_line())))
         return Group(self.bar, lines)
 
     def update(self, done: int, time_left_s: float | None = None) -> None:
@@ -213,6 +251,13 @@ def print_summary(console: Console, store: Store, name: str, stats: TuneStats, m
     cpu = cpu_line(stats)
     if cpu is not None:
         console.print(cpu, highlight=False)
+    console.print(stats.flow_line(), highlight=False)
+    nodes = store.build_nodes(name)
+    if len(nodes) > 1 or (nodes and stats.built_on):
+        console.print("built on: " + ", ".join(f"{node[:16]} {count}" for node, count in
+                                               sorted(nodes.items(), key=lambda x: -x[1]))
+                      + " (the study's candidates, by the node whose worker built them)",
+                      highlight=False)
     ranked = store.ranked(name, limit=1)
     if ranked:
         best = ranked[0].measurement

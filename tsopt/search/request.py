@@ -73,9 +73,12 @@ class TuneRequest:
     ``trials`` None: no bound on proposals, another budget ends the run).
     ``time_budget_s`` bounds this run; ``patience`` stops after that many trials without a
     faster measurement (never without a GPU: nothing is measured). ``workers`` > 0 (or a
-    ``ray_address``) verifies and builds in Ray tasks; 0 does it here, one at a time.
+    ``ray_address``) verifies and builds in Ray tasks; 0 does it here, one at a time; None
+    (the default) takes :func:`auto_workers` of this machine's cores, in local build
+    processes unless ``pool="ray"`` or a ``ray_address`` is given.
     ``pool="processes"`` (with ``workers`` > 0) builds in that many local processes instead
-    of Ray, and measures on this machine's GPU (:mod:`tsopt.search.pools.process_pool`).
+    of Ray, and measures on this machine's GPU (:mod:`tsopt.search.pools.process_pool`);
+    ``pool`` None: processes for the automatic count, Ray for an explicit ``workers`` > 0.
     ``knobs`` restricts knobs (``"stages=2,4"``). ``library`` starts a new study from the seed
     library's schedules for the nearest shape class (:mod:`tsopt.search.library`), before the
     warm starts; ``library_exclude_self`` leaves out the library's entries of the study's own
@@ -99,7 +102,7 @@ class TuneRequest:
     study: str | None = None
     db_url: str = "sqlite:///tsopt.db"
     bundle_dir: Path | None = None
-    workers: int = 0
+    workers: int | None = None  # None: auto_workers(cores, GPUs measuring here)
     seed: int = 0
     cache_dir: Path = Path(".tsopt") / "artifacts"
     measure: str = "auto"  # auto | never | always
@@ -109,7 +112,7 @@ class TuneRequest:
     library: bool = True  # start from the seed library (tsopt.search.library)
     library_exclude_self: bool = False  # leave-one-shape-out: the problem's own entries out
     knobs: tuple[str, ...] = field(default_factory=tuple)
-    pool: str = "ray"  # ray | processes: what --workers N runs on
+    pool: str | None = None  # ray | processes: what --workers N runs on (None: see above)
     gpus: int | None = None  # GPUs measuring, one worker each (None: every one visible)
     deterministic: bool = False  # only genomes whose output is bit-identical run after run
     # The launch mode measurements are timed in (tsopt.core.records.LAUNCH_MODES); None: a
@@ -175,10 +178,10 @@ class TuneRequest:
                                  "it out of: give one of them")
         if self.sampler not in SAMPLERS:
             raise UserInputError(f"--sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
-        if self.workers < 0:
+        if self.workers is not None and self.workers < 0:
             raise UserInputError(f"--workers {self.workers} must be >= 0")
         bound = max_workers(self.ray_address)
-        if self.workers > bound:
+        if self.workers is not None and self.workers > bound:
             where = ("on a Ray cluster" if self.ray_address else
                      f"on this machine ({os.cpu_count()} cores, {WORKERS_PER_CORE} per core)")
             raise UserInputError(f"--workers {self.workers} is more than {bound}, the most "
@@ -194,9 +197,9 @@ class TuneRequest:
                 f"--launch {self.launch!r} is not one of {', '.join(CHOOSABLE_LAUNCH_MODES)}"
                 + (" (a study made before the launch modes resumes in its own isolated mode "
                    "when --launch is not given)" if self.launch == "isolated" else ""))
-        if self.pool not in POOLS:
+        if self.pool is not None and self.pool not in POOLS:
             raise UserInputError(f"--pool {self.pool!r} is not one of {', '.join(POOLS)}")
-        if self.pool == "processes" and self.workers < 1:
+        if self.pool == "processes" and self.workers is not None and self.workers < 1:
             raise UserInputError(f"--pool processes needs --workers N >= 1 (got --workers "
                                  f"{self.workers}; --workers 0 builds in this process)")
         if self.pool == "processes" and self.ray_address:
@@ -204,3 +207,30 @@ class TuneRequest:
                                  f"{self.ray_address!r} needs --pool ray")
         if self.ray_address:
             check_ray_address(self.ray_address)  # last: the only check that waits
+
+
+# What the driver keeps for itself: its own loop (proposals, predictions, records) takes one
+# core, and each GPU measured from this machine another (its measuring child's host thread
+# waits on the GPU in a spin).
+DRIVER_CORES = 1
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity, not the machine's count)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def auto_workers(cores: int, measuring_gpus: int) -> int:
+    """``--workers``' default: the cores less one for the driver and one per GPU measured
+    from this machine, at least 1; 1 with no GPU to feed means building in the driver's own
+    process, one at a time (0), as a second process would only add a copy of the DSL.
+
+    A build costs 3-13 CPU-s (bench/driver_scale) while a bundle candidate measures in about
+    0.25 s, so a GPU is fed only by many builders: 16 cores and one H200 give 14."""
+    slots = max(1, cores - DRIVER_CORES - measuring_gpus)
+    return 0 if slots == 1 and measuring_gpus == 0 else slots

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,6 +38,7 @@ from typing import Any
 
 import ray
 
+from tsopt.core.errors import UserInputError
 from tsopt.core.problem import Problem
 from tsopt.core.records import Measurement
 from tsopt.search.pipeline import EvaluateRequest, Evaluation, evaluate, failure_text
@@ -44,6 +46,52 @@ from tsopt.search.pools.inline import GpuMeasurer
 from tsopt.search.pools.protocol import BuildDone, MeasureDone, MeasureQueue, MeasureRequest, MeasureResult
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+CONNECT_CHECK_S = 5.0  # ray.init retries an address that does not answer for a minute or more
+DEFAULT_GCS_PORT = 6379
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_CHECK_S) -> None:
+    """``--ray-address``: the head must answer within ``timeout_s``, else one UserInputError
+    naming the address. A head's GCS is asked for its cluster id over gRPC (an open port is
+    not enough: a proxy or another service accepts connections that ``ray.init`` then retries
+    for a minute); a Ray Client address (``ray://``) must accept a connection. ``auto`` (a
+    cluster of this machine, found from its session files) is left to ``ray.init``, which
+    says at once when there is none."""
+    if address == "auto":
+        return
+    client = address.startswith("ray://")
+    text = address.removeprefix("ray://")
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = text, str(DEFAULT_GCS_PORT)
+    if not port.isdigit() or not host or "/" in host:
+        raise UserInputError(f"--ray-address {address!r} is not HOST:PORT of a Ray head "
+                             f"(e.g. 10.0.0.5:{DEFAULT_GCS_PORT})")
+    host = host.strip("[]")
+    if client:
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        except OSError as exc:
+            raise UserInputError(f"--ray-address {address!r}: no Ray Client server answers "
+                                 f"there within {timeout_s:.0f} s "
+                                 f"({exc.strerror or type(exc).__name__})") from None
+        return
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    channel = grpc.insecure_channel(f"{host}:{port}", options=[("grpc.enable_http_proxy", 0)])
+    try:
+        gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(  # type: ignore[no-untyped-call]
+            gcs_service_pb2.GetClusterIdRequest(),  # type: ignore[attr-defined]
+            timeout=timeout_s, wait_for_ready=True)
+    except grpc.RpcError as exc:
+        code = exc.code()
+        why = ("nothing answered" if code == grpc.StatusCode.DEADLINE_EXCEEDED
+               else f"{code.name.lower()}: {(exc.details() or '').splitlines()[0][:120]}")
+        raise UserInputError(f"--ray-address {address!r}: no Ray head answers there within "
+                             f"{timeout_s:.0f} s ({why})") from None
+    finally:
+        channel.close()
 
 
 def default_temp_dir() -> str:
@@ -79,7 +127,10 @@ def start_ray(address: str | None, workers: int, arch: str, temp_dir: str | None
     common: dict[str, Any] = dict(runtime_env={"env_vars": env_vars}, log_to_driver=False,
                                   logging_level=logging.WARNING, configure_logging=True)
     if address:
-        ray.init(address=address, **common)
+        try:
+            ray.init(address=address, **common)
+        except ConnectionError as exc:  # 'auto' with no cluster here, a head that went away
+            raise UserInputError(f"--ray-address {address!r}: {str(exc).splitlines()[0]}") from None
     else:
         temp = temp_dir or default_temp_dir()
         Path(temp).mkdir(parents=True, exist_ok=True)
@@ -109,7 +160,9 @@ def evaluate_task(request: EvaluateRequest) -> Evaluation:
     """Verify and build one candidate in a Ray worker process."""
     # A Ray worker is expendable: it builds under the memory limit itself (no child of its own,
     # a fork beside Ray's threads is unsafe), and Ray retries a task whose worker died.
-    return evaluate(replace(request, isolate_build=False))
+    evaluation = evaluate(replace(request, isolate_build=False))
+    # Two nodes may share a host (and its name): the node id says which built it.
+    return replace(evaluation, node=ray.get_runtime_context().get_node_id())
 
 
 class RayBuildPool:
