@@ -76,12 +76,15 @@ class ExportedKernel:
     ratio: float | None
     baseline_name: str
     device: str
+    proof_complete: bool = False
+    """Every exhaustive TS search its verdict rests on is complete (manifest ``ts_proof``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "op": self.op, "dtype": self.dtype,
                 "sizes": [[n, v] for n, v in self.sizes], "dir": self.dir, "study": self.study,
                 "rank": self.rank, "genome_hash": self.genome_hash, "median_us": self.median_us,
-                "ratio": self.ratio, "baseline_name": self.baseline_name, "device": self.device}
+                "ratio": self.ratio, "baseline_name": self.baseline_name, "device": self.device,
+                "ts_proof_complete": self.proof_complete}
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,8 @@ class _Chosen:
     space: SearchSpace
     verdict: Verdict
     rank: int
+    proof: dict[str, Any]
+    """TS's exhaustive searches the verdict rests on (domain, states, complete or not)."""
 
     @property
     def name(self) -> str:
@@ -239,19 +244,31 @@ def _loader_source() -> Path:
     return _worker_source("loader")
 
 
-def _reverify(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo) -> Verdict:
+def _reverify(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo,
+              store: Store) -> tuple[Verdict, dict[str, Any]]:
     """Judge the genome again with today's verifier (no cached verdict): the study's verdict
-    may come from an older one, and an export is what a user will run."""
-    from tsopt.verify.verifier import VerdictCache, verify_genome
+    may come from an older one, and an export is what a user will run. TS's exhaustive
+    searches of this verifier version recorded in the database are read (``tsopt prove``'s
+    complete ones among them), never written; the proof is what the verdict rests on."""
+    from tsopt.verify.verifier import ReadOnlySearches, VerdictCache, proof_of, verify_genome
 
-    verdict = verify_genome(candidate.genome, info.problem, space=space, cache=VerdictCache())
+    cache = VerdictCache(searches=ReadOnlySearches(store))
+    verdict = verify_genome(candidate.genome, info.problem, space=space, cache=cache)
     if not verdict.valid:
         raise UserInputError(
             f"{candidate.genome_hash[:12]} of study {info.name!r} no longer passes the verifier "
             f"({verdict.stage}: {verdict.rule}: {(verdict.message or '').splitlines()[0][:200]}); "
             "it was recorded valid by an earlier verifier: export refuses it (choose another "
             "--rank, or tune again)")
-    return verdict
+    from tsopt.verify.verifier import search_bound
+
+    searches = [p.to_dict() for p in proof_of(candidate.genome, info.problem, space, cache)]
+    proof: dict[str, Any] = {"searches": searches, "complete": (
+        all(p["complete"] for p in searches) if searches else search_bound(verdict) is None)}
+    if not searches:
+        proof["note"] = ("the space memoises no exhaustive search: TS's checker ran in full at "
+                         "export, and the verdict's message says whether its bound cut it")
+    return verdict, proof
 
 
 def _check_current(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo) -> None:
@@ -294,9 +311,9 @@ def _choose_all(store: Store, studies: Sequence[str], rank: int) -> list[_Chosen
     for info, ranked, candidate in picked:
         ensure_arch(info.arch)
         space = get_space(info.space)
-        verdict = _reverify(space, candidate, info)
+        verdict, proof = _reverify(space, candidate, info, store)
         _check_current(space, candidate, info)
-        chosen.append(_Chosen(info, ranked, candidate, space, verdict, rank))
+        chosen.append(_Chosen(info, ranked, candidate, space, verdict, rank, proof))
     return chosen
 
 
@@ -306,7 +323,8 @@ def _exported(chosen: _Chosen, directory: str) -> ExportedKernel:
     return ExportedKernel(
         name=chosen.name, op=problem.op, dtype=problem.dtype, sizes=problem.dims, dir=directory,
         study=chosen.info.name, rank=chosen.rank, genome_hash=chosen.candidate.genome_hash,
-        median_us=m.median_us, ratio=m.ratio, baseline_name=m.baseline_name, device=m.device)
+        median_us=m.median_us, ratio=m.ratio, baseline_name=m.baseline_name, device=m.device,
+        proof_complete=bool(chosen.proof["complete"]))
 
 
 def _file_hashes(top: Path) -> dict[str, str]:
@@ -356,6 +374,7 @@ def _write_kernel(chosen: _Chosen, directory: Path) -> ExportedKernel:
         "genome": candidate.genome.to_dict(),
         "measured": ranked.measurement.to_dict(),
         "verdict": chosen.verdict.to_dict(),
+        "ts_proof": chosen.proof,
         "forward_progress": chosen.space.forward_progress(candidate.genome),
         "recorded_verdict": recorded.to_dict() if recorded else None,
         "build": candidate.build.to_dict() if candidate.build else None,
@@ -446,6 +465,13 @@ def export_command(studies: Sequence[str], out: Path, rank: int, force: bool, db
         console.print(f"exported {kernel.genome_hash[:12]} (rank {kernel.rank} of study {kernel.study})"
                       f" as torch.ops.tsopt.{kernel.name}{where}", highlight=False)
     console.print(f"to {out}: {len(result.files)} files (manifest.json lists them)", highlight=False)
+    for kernel in result.kernels:
+        if not kernel.proof_complete:
+            console.print(f"no complete TS proof: {kernel.genome_hash[:12]} ({kernel.name}) rests "
+                          "on an exhaustive search cut by its state bound (nothing found, not "
+                          f"proven safe); make one with: tsopt prove --db {db_url} --study "
+                          f"{kernel.study} --top {kernel.rank}, then export again",
+                          highlight=False, soft_wrap=True)
     ops = sorted({k.op for k in result.kernels})
     console.print("use from PyTorch (needs torch and this directory only):\n"
                   f"  import sys; sys.path.insert(0, {str(out)!r}); import torch_ops; "
