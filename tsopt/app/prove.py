@@ -233,8 +233,16 @@ def ship(files: Sequence[Path], out: Path | None = None) -> tuple[int, int]:
     target = out or PROOFS
     current = {name: verifier_version(get_space(name)) for name in SPACES}
     kept = [s for s in load_memo(target) if current.get(s.space) == s.tool_version]
-    taken = [s for path in files for s in _read_searches(path)
+    read = [s for path in files for s in _read_searches(path)]
+    taken = [s for s in read
              if s.complete and s.error is None and current.get(s.space) == s.tool_version]
+    if read and not taken and any(current.get(s.space) != s.tool_version for s in read):
+        found = sorted({f"{s.space} {s.tool_version}" for s in read})
+        now = ", ".join(f"{k} {current.get(k)}" for k in sorted({s.space for s in read}))
+        raise UserInputError(
+            f"--ship {', '.join(map(str, files))}: no complete search of the current verifier "
+            f"version ({now}); the files "
+            f"hold {', '.join(found)}: run the searches with this tree (the same commit)")
     write_memo(kept + taken, target,
                doc="Complete TS exhaustive searches of the seed library's genomes (tsopt prove "
                    "--ship); see tsopt/search/ts_memo.py")

@@ -85,9 +85,9 @@ def write_memo(searches: list[TsSearch], path: Path,
         held = unique.get(search.key)
         if held is None or search.supersedes(held):
             unique[search.key] = search
-    doc = {"format": FORMAT, "doc": doc,
-           "searches": [unique[k].to_dict() for k in sorted(unique)]}
-    path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
+    memo = {"format": FORMAT, "doc": doc,
+            "searches": [unique[k].to_dict() for k in sorted(unique)]}
+    path.write_text(json.dumps(memo, indent=0, sort_keys=True) + "\n")
 
 
 def shipped_searches(path: Path | str | None = None) -> list[TsSearch]:
