@@ -77,14 +77,14 @@ class ExportedKernel:
     baseline_name: str
     device: str
     proof_complete: bool = False
-    """Every exhaustive TS search its verdict rests on is complete (manifest ``ts_proof``)."""
+    """Every exhaustive TS search its verdict rests on is complete (its manifest's
+    ``ts_proof`` says which; ``tsopt export`` names a kernel without)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "op": self.op, "dtype": self.dtype,
                 "sizes": [[n, v] for n, v in self.sizes], "dir": self.dir, "study": self.study,
                 "rank": self.rank, "genome_hash": self.genome_hash, "median_us": self.median_us,
-                "ratio": self.ratio, "baseline_name": self.baseline_name, "device": self.device,
-                "ts_proof_complete": self.proof_complete}
+                "ratio": self.ratio, "baseline_name": self.baseline_name, "device": self.device}
 
 
 @dataclass(frozen=True)
