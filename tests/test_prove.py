@@ -221,3 +221,39 @@ def test_the_export_manifest_carries_the_proof(monkeypatch: Any, tmp_path: Path)
     assert after["verdict"]["message"] is None  # the export's own verdict: complete
     with Store(url) as store:  # the report no longer counts the winner cut
         assert study_document(store, STUDY)["bounded"]["count"] == 0
+
+
+def _tsopt(*args: str, env: dict[str, str] | None = None) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "tsopt", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT),
+                                         **(env or {})}, timeout=600, check=False)
+
+
+def test_the_cli_proves_a_genome_and_verify_then_says_complete(gemm: Any, tmp_path: Path) -> None:
+    genome = tmp_path / "two_consumers.json"
+    genome.write_text(gemm.genome(consumers=2, stages=2).to_json())
+    url = f"sqlite:///{tmp_path / 'proofs.db'}"
+    low = {TS_MAX_STATES_ENV: "2000"}
+    spec = "gemm:bf16:1024x1024x1024"
+    cut = _tsopt("verify", str(genome), "--problem", spec, "--db", url, env=low)
+    assert cut.returncode == 0 and "stopped at its bound of 2,000" in cut.stdout, cut.stderr
+    proved = _tsopt("prove", "--genome", str(genome), "--problem", spec, "--db", url,
+                    "--max-states", "1000000", "--out", str(tmp_path / "ran.json"), env=low)
+    assert proved.returncode == 0, proved.stderr
+    assert "complete (1 searches, 10,464 states)" in proved.stdout
+    assert "1 of 1 valid genome(s) have a complete proof" in proved.stdout
+    complete = _tsopt("verify", str(genome), "--problem", spec, "--db", url, env=low)
+    assert complete.returncode == 0 and "note" not in complete.stdout, complete.stdout
+    (ran,) = load_memo(tmp_path / "ran.json")
+    assert ran.complete and ran.states == 10_464
+    # Bad input: one line naming the bad value, exit 2, nothing recorded.
+    for args, named in ((["--max-states", "0"], "--max-states 0"),
+                        (["--study", "x"], "--study needs --db"),
+                        (["--ship", str(tmp_path / "missing.json")], "missing.json"),
+                        (["--problem", spec], "goes with --genome")):
+        bad = _tsopt("prove", *args)
+        lines = [line for line in bad.stderr.splitlines() if line.strip()]
+        assert bad.returncode == 2 and len(lines) == 1 and named in lines[0], bad.stderr

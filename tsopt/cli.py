@@ -353,8 +353,12 @@ def prove(
     export_dir: Path | None = typer.Option(None, "--export", help="Prove the kernels of this "
                                                                   "export directory."),
     library: Path | None = typer.Option(None, help="Prove this seed library's genomes (default: "
-                                                   "the shipped one, when neither --study nor "
-                                                   "--export is given)."),
+                                                   "the shipped one, when no other source is "
+                                                   "given)."),
+    genome: Path | None = typer.Option(None, help="Prove this genome file (as `tsopt verify` "
+                                                  "takes it)."),
+    problem: str | None = typer.Option(None, help="With --genome: its problem, e.g. "
+                                                  "'gemm:bf16:8192x8192x8192'."),
     db: str | None = typer.Option(None, help="Record the searches in this database (the one "
                                              "`tsopt export` reads)."),
     top: int = typer.Option(1, help="With --study: how many of its best candidates."),
@@ -373,12 +377,15 @@ def prove(
         from tsopt.app.prove import prove_command
 
         named = [n for n, v in (("--study", study), ("--export", export_dir),
-                                ("--library", library)) if v is not None]
+                                ("--library", library), ("--genome", genome)) if v is not None]
         if len(named) > 1:
             raise UserInputError(f"{' and '.join(named)}: prove one source at a time")
-        source = "study" if study else "export" if export_dir else "library"
+        if problem is not None and genome is None:
+            raise UserInputError(f"--problem {problem!r} goes with --genome FILE")
+        source = ("study" if study else "export" if export_dir else
+                  "genome" if genome else "library")
         code = prove_command(source, db, study, top, export_dir, library, max_states, out,
-                             tuple(ship or ()), console)
+                             tuple(ship or ()), console, genome, problem)
     raise typer.Exit(code)
 
 

@@ -14,7 +14,8 @@ What it proves (one source a call):
 - ``--library`` (the default): every genome of the seed library, on its problem;
 - ``--study NAME`` (with ``--db``): a study's best ``--top`` candidates; their recorded
   verdicts are settled in the database, so the report no longer counts them cut;
-- ``--export DIR``: the kernels of an export (the genomes and problems of its manifest).
+- ``--export DIR``: the kernels of an export (the genomes and problems of its manifest);
+- ``--genome FILE`` (``--problem SPEC``): one genome, as ``tsopt verify`` takes it.
 
 ``--db`` records the searches in that database (the one ``tsopt export`` then reads);
 ``--out FILE`` also writes the searches run as a TS search memo file. ``--ship FILE...``
@@ -155,6 +156,26 @@ def export_targets(directory: Path) -> list[ProveTarget]:
     return targets
 
 
+def genome_target(path: Path, problem: str | None) -> ProveTarget:
+    """One genome file (as ``tsopt verify`` reads it) on ``problem`` (default: its op's)."""
+    from tsopt.core.genome import MAX_GENOME_BYTES
+    from tsopt.core.registry import problem_for
+    from tsopt.verify.verifier import check_genome_schema
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_GENOME_BYTES + 1)
+        text = data.decode()
+    except OSError as exc:
+        raise UserInputError(f"--genome {str(path)!r}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise UserInputError(f"--genome {str(path)!r} is not text ({exc.reason})") from None
+    genome = Genome.from_json(text)
+    target = problem_for(problem, genome.space)
+    check_genome_schema(genome, target)
+    return ProveTarget(genome, target, f"{genome.short_hash} {target}")
+
+
 def prove_targets(targets: Sequence[ProveTarget], max_states: int, cache: VerdictCache,
                   console: Console, store: Store | None = None,
                   show_progress: bool = True) -> ProveReport:
@@ -259,7 +280,8 @@ def _read_searches(path: Path) -> list[TsSearch]:
 
 def prove_command(source: str, db: str | None, study: str | None, top: int,
                   export_dir: Path | None, library: Path | None, max_states: int,
-                  out: Path | None, ship_files: Sequence[Path], console: Console) -> int:
+                  out: Path | None, ship_files: Sequence[Path], console: Console,
+                  genome_file: Path | None = None, problem: str | None = None) -> int:
     """The ``tsopt prove`` command; its exit code (0: every valid target complete, 1: some
     still cut)."""
     from tsopt.search.ts_memo import shipped_searches
@@ -286,6 +308,9 @@ def prove_command(source: str, db: str | None, study: str | None, top: int,
         elif source == "export":
             assert export_dir is not None
             targets = export_targets(export_dir)
+        elif source == "genome":
+            assert genome_file is not None
+            targets = [genome_target(genome_file, problem)]
         else:
             targets = library_targets(library)
         if store is not None:
