@@ -629,15 +629,6 @@ def _ts_default_bound() -> int:
     return int(default)
 
 
-def requested_bound() -> int:
-    """The state bound a search of this context runs under: :func:`ts_max_states`, else TS's."""
-    bound = ts_max_states()
-    if bound is not None:
-        return bound
-    _install_bfs_memo()
-    return _ts_default_bound()
-
-
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
