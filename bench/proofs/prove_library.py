@@ -123,9 +123,11 @@ def main() -> int:
                         help="memory one search may hold before it is killed")
     parser.add_argument("--max-states", type=int, default=500_000_000)
     parser.add_argument("--only", default="", help="genome hash prefixes, comma-separated")
+    parser.add_argument("--cheapest-first", action="store_true",
+                        help="one core: the cheap searches first (default: the longest first)")
     args = parser.parse_args()
     only = [p for p in args.only.split(",") if p]
-    jobs = sorted(_jobs(only), key=_cost, reverse=True)
+    jobs = sorted(_jobs(only), key=_cost, reverse=not args.cheapest_first)
     print(f"{len(jobs)} schedules to search, {args.jobs} at once, {args.budget:.0f} s budget",
           flush=True)
     ctx = mp.get_context("spawn")
