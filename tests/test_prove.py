@@ -257,3 +257,33 @@ def test_the_cli_proves_a_genome_and_verify_then_says_complete(gemm: Any, tmp_pa
         bad = _tsopt("prove", *args)
         lines = [line for line in bad.stderr.splitlines() if line.strip()]
         assert bad.returncode == 2 and len(lines) == 1 and named in lines[0], bad.stderr
+
+
+def test_a_new_database_starts_with_the_shipped_proofs(gemm: Any, monkeypatch: Any,
+                                                      tmp_path: Path) -> None:
+    """The shipped memo's cut search and the shipped proofs' complete one of the same key: a
+    study's new database holds the complete one, and a cut verdict read from it is complete."""
+    from tsopt.search import ts_memo
+
+    monkeypatch.setenv(TS_MAX_STATES_ENV, "2000")
+    monkeypatch.delenv(ts_memo.MEMO_ENV, raising=False)
+    genome = gemm.genome(consumers=2, stages=2)
+    ran = VerdictCache()
+    verify_genome(genome, GEMM_PROBLEM, space=gemm, cache=ran)
+    (cut,) = ran.take_searches()
+    with pytest.MonkeyPatch.context() as deeper:
+        deeper.setenv(TS_MAX_STATES_ENV, "1000000")
+        verify_genome(genome, GEMM_PROBLEM, space=gemm, cache=ran)
+    (complete,) = ran.take_searches()
+    assert (cut.key, cut.complete, complete.complete) == (complete.key, False, True)
+    write_memo([cut], tmp_path / "ts_searches.json")
+    write_memo([complete], tmp_path / "ts_proofs.json")
+    monkeypatch.setattr(ts_memo, "SHIPPED", tmp_path / "ts_searches.json")
+    monkeypatch.setattr(ts_memo, "PROOFS", tmp_path / "ts_proofs.json")
+    with Store(f"sqlite:///{tmp_path / 'new.db'}") as store:
+        assert ts_memo.seed_store(store, gemm) == 1
+        assert [s.complete for s in store.searches()] == [True]
+        reader = _backed(store)
+        verdict = verify_genome(genome, GEMM_PROBLEM, space=gemm, cache=reader)
+        assert verdict.valid and search_bound(verdict) is None
+        assert (reader.bfs_runs, reader.bfs_hits) == (0, 1)  # read back, not searched
