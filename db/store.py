@@ -787,6 +787,10 @@ class Store:
         """Keep ``search``. A row of the same key is replaced only by a search that says more
         (:meth:`TsSearch.supersedes`: complete against cut, or cut at a higher bound); a
         concurrent writer of the same outcome wins."""
+        self._keep_search(search)
+
+    def _keep_search(self, search: TsSearch) -> bool:
+        """:meth:`record_search`; whether the row is now ``search``'s."""
         with self._writing() as session:
             fresh = _search_row(search)
 
@@ -797,8 +801,12 @@ class Store:
                     TsSearchRow.tool_version == search.tool_version))
 
             kept = self._insert_or_get(session, fresh, lookup)
-            if kept is not fresh and search.supersedes(queries.search_record(kept)):
+            if kept is fresh:
+                return True
+            if search.supersedes(queries.search_record(kept)):
                 _fill_search_row(kept, search)
+                return True
+            return False
 
     def record_searches(self, searches: Iterable[TsSearch]) -> int:
         """Keep every search of ``searches`` not kept yet, or saying more than the row kept
@@ -827,9 +835,7 @@ class Store:
                     _fill_search_row(row, search)
             return len(fresh) + len(better)
         except IntegrityError:
-            for search in wanted.values():
-                self.record_search(search)
-            return len(wanted)
+            return sum(self._keep_search(search) for search in wanted.values())
 
     def searches(self) -> list[TsSearch]:
         """Every search kept, oldest first (the evidence the shipped memo is made from)."""
