@@ -221,6 +221,12 @@ def test_the_export_manifest_carries_the_proof(monkeypatch: Any, tmp_path: Path)
     assert after["verdict"]["message"] is None  # the export's own verdict: complete
     with Store(url) as store:  # the report no longer counts the winner cut
         assert study_document(store, STUDY)["bounded"]["count"] == 0
+    # An export's kernels are proven from its manifest alone (no database): searched again.
+    console = Console(record=True, width=400)
+    assert prove_command("export", None, None, 1, tmp_path / "cut", None, 10_000,
+                         tmp_path / "export-proofs.json", (), console) == 0
+    assert "complete (1 searches, 400 states)" in console.export_text()
+    assert [s.states for s in load_memo(tmp_path / "export-proofs.json")] == [400]
 
 
 def _tsopt(*args: str, env: dict[str, str] | None = None) -> Any:
