@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -135,9 +136,11 @@ class TsSearchRow(Base):
     """One run of TS's exhaustive interleaving search (``tsopt.core.records.TsSearch``): the
     memo of the checker that costs seconds on deep pipelines, shared by every worker and study
     of the database. Keyed by the schedule searched (a digest of the space's
-    ``ts_schedule_key``, domain and state bound), the skeleton's SMEM aliasing and the
-    verifier's version; a row holds TS's error (NULL: nothing found) and the bound that cut
-    the search short (NULL: complete)."""
+    ``ts_schedule_key`` and domain), the skeleton's SMEM aliasing and the verifier's version;
+    a row holds TS's error (NULL: nothing found), the bound that cut the search short (NULL:
+    complete, and ``complete`` says so), the domain, the states explored and the bound it ran
+    under. A search that says more (complete, or cut later) replaces the row of its key
+    (``tsopt prove``); NULL ``states``: recorded before they were counted."""
 
     __tablename__ = "tsopt_ts_search"
     __table_args__ = (UniqueConstraint("space", "schedule", "aliasing", "tool_version",
@@ -152,6 +155,10 @@ class TsSearchRow(Base):
     bounded: Mapped[int | None] = mapped_column(Integer)
     seconds: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    complete: Mapped[bool] = mapped_column(Boolean, default=False)
+    domain: Mapped[int] = mapped_column(Integer, default=0)
+    states: Mapped[int | None] = mapped_column(BigInteger)
+    max_states: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class BuildRow(Base):

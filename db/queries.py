@@ -83,7 +83,8 @@ def search_record(row: TsSearchRow) -> TsSearch:
     """A kept exhaustive search as the record the verifier memoises."""
     return TsSearch(space=row.space, schedule=row.schedule, aliasing=row.aliasing,
                     tool_version=row.tool_version, error=row.error, bounded=row.bounded,
-                    seconds=row.seconds)
+                    seconds=row.seconds, domain=row.domain or 0, states=row.states,
+                    max_states=row.max_states)
 
 
 def build_record(row: BuildRow) -> BuildResult:

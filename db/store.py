@@ -750,6 +750,47 @@ class Store:
 
             self._insert_or_get(session, fresh, lookup)
 
+    def supersede_judged(self, key: JudgedKey, verdict: Verdict) -> None:
+        """Keep ``verdict`` under ``key`` in place of the one recorded: a valid verdict whose
+        exhaustive search was cut, judged again once a complete search of its schedule was
+        recorded (``tsopt prove``)."""
+        if verdict.genome_hash != key.genome_hash:
+            raise UserInputError(f"verdict of genome {verdict.genome_hash[:12]} recorded under "
+                                 f"genome {key.genome_hash[:12]}")
+        with self._writing() as session:
+            row = session.scalar(select(JudgedRow).where(
+                JudgedRow.space == key.space, JudgedRow.genome_hash == key.genome_hash,
+                JudgedRow.problem_key == key.problem_key, JudgedRow.arch == key.arch,
+                JudgedRow.tool_version == key.tool_version,
+            ))
+            if row is None:
+                session.add(JudgedRow(
+                    space=key.space, genome_hash=key.genome_hash, problem_key=key.problem_key,
+                    arch=key.arch, tool_version=key.tool_version, valid=verdict.valid,
+                    stage=verdict.stage, rule=verdict.rule, message=verdict.message,
+                    seconds=verdict.seconds, domain=verdict.domain))
+                return
+            row.valid, row.stage, row.rule = verdict.valid, verdict.stage, verdict.rule
+            row.message, row.seconds, row.domain = verdict.message, verdict.seconds, verdict.domain
+
+    def settle_verdict(self, space: str, verdict_key: str, verdict: Verdict) -> int:
+        """Give the valid verdict rows a study's candidates point at (``verdict_key``'s and the
+        genome's own, :meth:`record_verdict`) the message of ``verdict``, a valid verdict of
+        the same genome judged again once its schedule's searches were complete (``tsopt
+        prove``): the report then no longer counts it cut. How many rows changed."""
+        if not verdict.valid:
+            return 0
+        keys = [stored_verdict_key(verdict_key),
+                stored_verdict_key(f"{verdict_key}|genome={verdict.genome_hash}")]
+        changed = 0
+        with self._writing() as session:
+            for row in session.scalars(select(VerdictRow).where(
+                    VerdictRow.space == space, VerdictRow.verdict_key.in_(keys))).all():
+                if row.valid and row.stage == "ok" and row.message != verdict.message:
+                    row.message = verdict.message
+                    changed += 1
+        return changed
+
     def judged_count(self, space: str | None = None) -> int:
         """Whole verdicts kept (of ``space``, or all)."""
         from sqlalchemy import func
@@ -780,13 +821,15 @@ class Store:
             return [queries.search_record(row) for row in rows]
 
     def record_search(self, search: TsSearch) -> None:
-        """Keep ``search`` (a concurrent writer of the same key wins: the outcome is the
-        same)."""
+        """Keep ``search``. A row of the same key is replaced only by a search that says more
+        (:meth:`TsSearch.supersedes`: complete against cut, or cut at a higher bound); a
+        concurrent writer of the same outcome wins."""
+        self._keep_search(search)
+
+    def _keep_search(self, search: TsSearch) -> bool:
+        """:meth:`record_search`; whether the row is now ``search``'s."""
         with self._writing() as session:
-            fresh = TsSearchRow(space=search.space, schedule=search.schedule,
-                                aliasing=search.aliasing, tool_version=search.tool_version,
-                                error=search.error, bounded=search.bounded,
-                                seconds=search.seconds)
+            fresh = _search_row(search)
 
             def lookup() -> TsSearchRow | None:
                 return session.scalar(select(TsSearchRow).where(
@@ -794,32 +837,42 @@ class Store:
                     TsSearchRow.aliasing == search.aliasing,
                     TsSearchRow.tool_version == search.tool_version))
 
-            self._insert_or_get(session, fresh, lookup)
+            kept = self._insert_or_get(session, fresh, lookup)
+            if kept is fresh:
+                return True
+            if search.supersedes(queries.search_record(kept)):
+                _fill_search_row(kept, search)
+                return True
+            return False
 
     def record_searches(self, searches: Iterable[TsSearch]) -> int:
-        """Keep every search of ``searches`` not kept yet, in one transaction (the shipped memo
-        a study starts with, ``tsopt.search.ts_memo``); how many were new. A concurrent writer
-        of the same keys is met by keeping them one by one (:meth:`record_search`)."""
-        wanted = {search.key: search for search in searches}
+        """Keep every search of ``searches`` not kept yet, or saying more than the row kept
+        (:meth:`TsSearch.supersedes`), in one transaction (the shipped memo and proofs a study
+        starts with, ``tsopt.search.ts_memo``); how many were new or replaced a row. A
+        concurrent writer of the same keys is met by keeping them one by one
+        (:meth:`record_search`)."""
+        wanted: dict[tuple[str, str, str, str], TsSearch] = {}
+        for search in searches:
+            held = wanted.get(search.key)
+            if held is None or search.supersedes(held):
+                wanted[search.key] = search
         if not wanted:
             return 0
         versions = sorted({key[3] for key in wanted})
         try:
             with self._writing() as session:
-                kept = {tuple(row) for row in session.execute(select(
-                    TsSearchRow.space, TsSearchRow.schedule, TsSearchRow.aliasing,
-                    TsSearchRow.tool_version).where(TsSearchRow.tool_version.in_(versions)))}
-                fresh = [s for key, s in wanted.items() if tuple(key) not in kept]
-                session.add_all([TsSearchRow(space=s.space, schedule=s.schedule,
-                                             aliasing=s.aliasing, tool_version=s.tool_version,
-                                             error=s.error, bounded=s.bounded, seconds=s.seconds)
-                                 for s in fresh])
-            return len(fresh)
+                kept = {(row.space, row.schedule, row.aliasing, row.tool_version): row
+                        for row in session.scalars(select(TsSearchRow).where(
+                            TsSearchRow.tool_version.in_(versions)))}
+                fresh = [s for key, s in wanted.items() if key not in kept]
+                better = [(kept[key], s) for key, s in wanted.items()
+                          if key in kept and s.supersedes(queries.search_record(kept[key]))]
+                session.add_all([_search_row(s) for s in fresh])
+                for row, search in better:
+                    _fill_search_row(row, search)
+            return len(fresh) + len(better)
         except IntegrityError:
-            before = self.search_count()
-            for search in wanted.values():
-                self.record_search(search)
-            return self.search_count() - before
+            return sum(self._keep_search(search) for search in wanted.values())
 
     def searches(self) -> list[TsSearch]:
         """Every search kept, oldest first (the evidence the shipped memo is made from)."""
@@ -995,3 +1048,16 @@ class Store:
     def candidates(self, study: str) -> list[CandidateInfo]:
         with self._reading() as session:
             return queries.candidates(session, self._study_row(session, study))
+
+
+def _search_row(search: TsSearch) -> TsSearchRow:
+    row = TsSearchRow(space=search.space, schedule=search.schedule, aliasing=search.aliasing,
+                      tool_version=search.tool_version)
+    _fill_search_row(row, search)
+    return row
+
+
+def _fill_search_row(row: TsSearchRow, search: TsSearch) -> None:
+    row.error, row.bounded, row.seconds = search.error, search.bounded, search.seconds
+    row.complete, row.domain = search.complete, search.domain
+    row.states, row.max_states = search.states, search.max_states

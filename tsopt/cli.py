@@ -160,16 +160,28 @@ def verify(
     device: str = typer.Option(None, help="GPU profile the genome is judged for (its SM count "
                                "sets stream-K's waves), e.g. H100_PCIE; default: the arch's "
                                "(H200_SXM for sm_90a)."),
+    db: str | None = typer.Option(None, help="Also read the exhaustive TS searches this database "
+                                             "holds (`tsopt prove --db` records complete ones); "
+                                             "nothing is written to it."),
 ) -> None:
     """Judge one genome with the TS verifier and tsopt's own checks; print `valid` or the rule.
 
-    A genome whose genes do not fit its space (a wrong kind, out of range, not a choice) is
-    bad input (exit 2, the gene named); a schedule the checks reject exits 1."""
-    with _Guard():
+    The exhaustive searches shipped with tsopt (its memo and complete proofs) are read, so a
+    shipped proof makes a verdict complete. A genome whose genes do not fit its space (a wrong
+    kind, out of range, not a choice) is bad input (exit 2, the gene named); a schedule the
+    checks reject exits 1."""
+    with _Guard(db):
         from tsopt.core.devices import check_fits
         from tsopt.core.genome import MAX_GENOME_BYTES, Genome, GenomeError
         from tsopt.core.registry import get_space, problem_for
-        from tsopt.verify.verifier import check_genome_schema, verify_genome
+        from tsopt.search.ts_memo import shipped_searches
+        from tsopt.verify.verifier import (
+            ReadOnlySearches,
+            VerdictCache,
+            check_genome_schema,
+            verifier_version,
+            verify_genome,
+        )
 
         try:
             # A genome is small: read no more than its bound (and one byte to see it is over).
@@ -197,7 +209,21 @@ def verify(
         check_genome_schema(genome, target)
         space = get_space(genome.space)
         space.device = profile
-        verdict = verify_genome(genome, target, space=space, domain=domain)
+        store = None
+        if db is not None:
+            from tsopt.db.store import Store
+
+            store = Store(db)
+        try:
+            cache = VerdictCache(searches=ReadOnlySearches(store) if store is not None else None)
+            version = verifier_version(space)
+            for search in shipped_searches():
+                if search.space == genome.space and search.tool_version == version:
+                    cache.keep_search(search)
+            verdict = verify_genome(genome, target, space=space, domain=domain, cache=cache)
+        finally:
+            if store is not None:
+                store.close()
     if verdict.valid:
         console.print(f"[green]valid[/]  ({verdict.seconds * 1e3:.1f} ms, domain {verdict.domain})")
         if verdict.message:  # a search cut by its bound: valid, but not a complete proof
@@ -340,6 +366,49 @@ def db_check(db: str = typer.Option(DEFAULT_DB, help=DB_HELP)) -> None:
 
 LIBRARY_PATH_HELP = ("Library file (default: $TSOPT_LIBRARY, else the one shipped in the "
                      "package, tsopt/data/seed_library.json).")
+
+
+@app.command()
+def prove(
+    study: str | None = typer.Option(None, help="Prove this study's best --top candidates "
+                                                "(needs --db); their recorded verdicts are settled."),
+    export_dir: Path | None = typer.Option(None, "--export", help="Prove the kernels of this "
+                                                                  "export directory."),
+    library: Path | None = typer.Option(None, help="Prove this seed library's genomes (default: "
+                                                   "the shipped one, when no other source is "
+                                                   "given)."),
+    genome: Path | None = typer.Option(None, help="Prove this genome file (as `tsopt verify` "
+                                                  "takes it)."),
+    problem: str | None = typer.Option(None, help="With --genome: its problem, e.g. "
+                                                  "'gemm:bf16:8192x8192x8192'."),
+    db: str | None = typer.Option(None, help="Record the searches in this database (the one "
+                                             "`tsopt export` reads)."),
+    top: int = typer.Option(1, help="With --study: how many of its best candidates."),
+    max_states: int = typer.Option(200_000_000, help="The exhaustive search's bound on explored "
+                                                     "states (TS's own is 1,000,000)."),
+    out: Path | None = typer.Option(None, help="Also write the searches run to this JSON file "
+                                               "(a TS search memo file)."),
+    ship: list[Path] | None = typer.Option(None, "--ship", help=(
+        "Merge the complete searches of these JSON files (from --out or bench/proofs) into the "
+        "shipped proofs, tsopt/data/ts_proofs.json; nothing is searched.")),
+) -> None:
+    """Run TS's exhaustive interleaving search to the end (off the critical path) for the
+    schedules that win, and record complete searches, so their verdicts are proofs, not
+    "nothing found within the bound". Exit 1 while a valid genome remains cut."""
+    with _Guard(db):
+        from tsopt.app.prove import prove_command
+
+        named = [n for n, v in (("--study", study), ("--export", export_dir),
+                                ("--library", library), ("--genome", genome)) if v is not None]
+        if len(named) > 1:
+            raise UserInputError(f"{' and '.join(named)}: prove one source at a time")
+        if problem is not None and genome is None:
+            raise UserInputError(f"--problem {problem!r} goes with --genome FILE")
+        source = ("study" if study else "export" if export_dir else
+                  "genome" if genome else "library")
+        code = prove_command(source, db, study, top, export_dir, library, max_states, out,
+                             tuple(ship or ()), console, genome, problem)
+    raise typer.Exit(code)
 
 
 @library_app.command("show")

@@ -386,7 +386,8 @@
       parts.push(h("p", {"class": "note bounded", text: b.count.toLocaleString("en-US") + " of the " +
         b.valid.toLocaleString("en-US") + " valid candidates passed TS's exhaustive interleaving " +
         "search only up to its bound of " + b.bound.toLocaleString("en-US") + " explored states " +
-        "(no deadlock or race found, but not a complete proof)."}));
+        "(no deadlock or race found, but not a complete proof; `tsopt prove --db URL --study " +
+        "NAME --top K` runs those searches to the end)."}));
     }
     return card("Funnel", parts, "funnel");
   }

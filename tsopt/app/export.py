@@ -85,6 +85,9 @@ class ExportedKernel:
     built_for: dict[str, Any] = field(default_factory=dict)
     """The device profile its kernel was built for (``id``, ``sm_count``): loaded on a GPU
     with another SM count, a kernel whose grid was sized for these is refused."""
+    proof_complete: bool = False
+    """Every exhaustive TS search its verdict rests on is complete (its manifest's
+    ``ts_proof`` says which; ``tsopt export`` names a kernel without)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "op": self.op, "dtype": self.dtype,
@@ -122,6 +125,8 @@ class _Chosen:
     space: SearchSpace
     verdict: Verdict
     rank: int
+    proof: dict[str, Any]
+    """TS's exhaustive searches the verdict rests on (domain, states, complete or not)."""
 
     @property
     def name(self) -> str:
@@ -263,19 +268,31 @@ def _loader_source() -> Path:
     return _worker_source("loader")
 
 
-def _reverify(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo) -> Verdict:
+def _reverify(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo,
+              store: Store) -> tuple[Verdict, dict[str, Any]]:
     """Judge the genome again with today's verifier (no cached verdict): the study's verdict
-    may come from an older one, and an export is what a user will run."""
-    from tsopt.verify.verifier import VerdictCache, verify_genome
+    may come from an older one, and an export is what a user will run. TS's exhaustive
+    searches of this verifier version recorded in the database are read (``tsopt prove``'s
+    complete ones among them), never written; the proof is what the verdict rests on."""
+    from tsopt.verify.verifier import ReadOnlySearches, VerdictCache, proof_of, verify_genome
 
-    verdict = verify_genome(candidate.genome, info.problem, space=space, cache=VerdictCache())
+    cache = VerdictCache(searches=ReadOnlySearches(store))
+    verdict = verify_genome(candidate.genome, info.problem, space=space, cache=cache)
     if not verdict.valid:
         raise UserInputError(
             f"{candidate.genome_hash[:12]} of study {info.name!r} no longer passes the verifier "
             f"({verdict.stage}: {verdict.rule}: {(verdict.message or '').splitlines()[0][:200]}); "
             "it was recorded valid by an earlier verifier: export refuses it (choose another "
             "--rank, or tune again)")
-    return verdict
+    from tsopt.verify.verifier import search_bound
+
+    searches = [p.to_dict() for p in proof_of(candidate.genome, info.problem, space, cache)]
+    proof: dict[str, Any] = {"searches": searches, "complete": (
+        all(p["complete"] for p in searches) if searches else search_bound(verdict) is None)}
+    if not searches:
+        proof["note"] = ("the space memoises no exhaustive search: TS's checker ran in full at "
+                         "export, and the verdict's message says whether its bound cut it")
+    return verdict, proof
 
 
 def _check_current(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo) -> None:
@@ -319,9 +336,9 @@ def _choose_all(store: Store, studies: Sequence[str], rank: int) -> list[_Chosen
     for info, ranked, candidate in picked:
         ensure_arch(info.arch)
         space = get_space(info.space)
-        verdict = _reverify(space, candidate, info)
+        verdict, proof = _reverify(space, candidate, info, store)
         _check_current(space, candidate, info)
-        chosen.append(_Chosen(info, ranked, candidate, space, verdict, rank))
+        chosen.append(_Chosen(info, ranked, candidate, space, verdict, rank, proof))
     return chosen
 
 
@@ -334,7 +351,8 @@ def _exported(chosen: _Chosen, directory: str) -> ExportedKernel:
         median_us=m.median_us, ratio=m.ratio, baseline_name=m.baseline_name, device=m.device,
         launch=m.launch,
         built_for={"id": study_device(chosen.info).id,
-                   "sm_count": study_device(chosen.info).sm_count})
+                   "sm_count": study_device(chosen.info).sm_count},
+        proof_complete=bool(chosen.proof["complete"]))
 
 
 def _file_hashes(top: Path) -> dict[str, str]:
@@ -388,6 +406,7 @@ def _write_kernel(chosen: _Chosen, directory: Path) -> ExportedKernel:
         # GPU time; an eager one includes the loader's host cost per call.
         "launch": ranked.measurement.launch,
         "verdict": chosen.verdict.to_dict(),
+        "ts_proof": chosen.proof,
         "forward_progress": chosen.space.forward_progress(candidate.genome),
         "recorded_verdict": recorded.to_dict() if recorded else None,
         "build": candidate.build.to_dict() if candidate.build else None,
@@ -478,6 +497,13 @@ def export_command(studies: Sequence[str], out: Path, rank: int, force: bool, db
         console.print(f"exported {kernel.genome_hash[:12]} (rank {kernel.rank} of study {kernel.study})"
                       f" as torch.ops.tsopt.{kernel.name}{where}", highlight=False)
     console.print(f"to {out}: {len(result.files)} files (manifest.json lists them)", highlight=False)
+    for kernel in result.kernels:
+        if not kernel.proof_complete:
+            console.print(f"no complete TS proof: {kernel.genome_hash[:12]} ({kernel.name}) rests "
+                          "on an exhaustive search cut by its state bound (nothing found, not "
+                          f"proven safe); make one with: tsopt prove --db {db_url} --study "
+                          f"{kernel.study} --top {kernel.rank}, then export again",
+                          highlight=False, soft_wrap=True)
     ops = sorted({k.op for k in result.kernels})
     console.print("use from PyTorch (needs torch and this directory only):\n"
                   f"  import sys; sys.path.insert(0, {str(out)!r}); import torch_ops; "

@@ -81,10 +81,14 @@ class TsSearch:
     database shares it across workers and studies.
 
     ``schedule`` is a digest of what the search depends on in the genome (the space's
-    ``ts_schedule_key``, the domain and any state bound), ``aliasing`` a digest of the SMEM
+    ``ts_schedule_key`` and the domain; not the state bound: a search under a higher bound
+    supersedes one under a lower, see :meth:`settles`), ``aliasing`` a digest of the SMEM
     overlaps of the skeleton searched, ``tool_version`` the verifier's version (its code, the
     space's, the DSL's). ``error`` is TS's rejection (None: the search found nothing) and
-    ``bounded`` the state bound that cut it short (None: it was complete).
+    ``bounded`` the state bound that cut it short (None: it was complete). ``domain`` is the
+    number of iterations searched, ``states`` the states TS explored (every BFS of the
+    search together; None in a record made before they were counted), ``max_states`` the
+    bound it ran under.
     """
 
     space: str
@@ -94,16 +98,43 @@ class TsSearch:
     error: str | None = None
     bounded: int | None = None
     seconds: float = 0.0
+    domain: int = 0
+    states: int | None = None
+    max_states: int | None = None
 
     @property
     def key(self) -> tuple[str, str, str, str]:
         return (self.space, self.schedule, self.aliasing, self.tool_version)
 
+    @property
+    def complete(self) -> bool:
+        """Every interleaving was explored (no bound cut it): a proof, or a counterexample."""
+        return self.bounded is None
+
+    def settles(self, bound: int) -> bool:
+        """Whether this search answers a check asked under a bound of ``bound`` states: a
+        counterexample stands under any bound, a complete search proves under any, and a cut
+        one answers every bound up to its own (BFS explores the same first states)."""
+        return self.error is not None or self.bounded is None or self.bounded >= bound
+
+    def supersedes(self, other: TsSearch) -> bool:
+        """Whether this search says more than ``other`` of the same key: complete (or a
+        counterexample) against cut, or cut at a higher bound."""
+        if other.error is not None or other.bounded is None:
+            return False
+        return self.error is not None or self.bounded is None or self.bounded > other.bounded
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "complete": self.complete}
 
     @classmethod
     def from_dict(cls, doc: Any) -> TsSearch:
+        if isinstance(doc, dict) and "complete" in doc:
+            doc = dict(doc)
+            complete = doc.pop("complete")
+            if complete is not (doc.get("bounded") is None):
+                raise ValueError(f"TsSearch: complete={complete!r} contradicts "
+                                 f"bounded={doc.get('bounded')!r}")
         return _from_dict(cls, doc)
 
 

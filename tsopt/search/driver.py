@@ -952,12 +952,18 @@ class Driver:
 
     def _keep_judged(self, genome: Genome, verdict: Verdict) -> None:
         from tsopt.core.space import fault_genes
-        from tsopt.verify.verifier import judged_key
+        from tsopt.verify.verifier import judged_key, search_bound
 
         if not fault_genes(genome) and verdict.genome_hash == genome.hash:
             key = judged_key(self.space, genome, self.request.problem)
-            if self.verdicts.find_judged(key) is None:
+            kept = self.verdicts.find_judged(key)
+            if kept is None:
                 self.verdicts.record_judged(key, verdict)
+            elif (verdict.valid and kept.valid and search_bound(kept) is not None
+                  and search_bound(verdict) is None):
+                # The worker found a complete search (tsopt prove's) where the kept verdict
+                # was cut: the complete verdict replaces it.
+                self.verdicts.supersede_judged(key, verdict)
 
     def _evaluated(self, built: BuildDone) -> None:
         job, evaluation = built.tag, built.evaluation

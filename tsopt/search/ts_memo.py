@@ -16,6 +16,13 @@ kernel template or DSL) is never used: its key does not match, and it is not cop
 Remade from the corpus by ``tsopt corpus products`` (``tsopt.app.corpus``).
 ``TSOPT_TS_MEMO`` names another file; ``TSOPT_TS_MEMO=none`` ships nothing (a
 study that measures the verifier's cold cost).
+
+Beside it, ``tsopt/data/ts_proofs.json`` (:data:`PROOFS`, the same format) holds the complete
+searches of the seed library's genomes that TS's default bound cuts, run off the critical path
+with a higher bound (``tsopt prove``; ``bench/proofs`` runs them on many cores) and shipped by
+``tsopt prove --ship FILE``. :func:`seed_store` copies both; a complete search replaces the
+memo's cut one of its key (``Store.record_searches``), so a study on a new database judges
+those genomes complete. ``TSOPT_TS_MEMO=none`` switches the proofs off too.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ if TYPE_CHECKING:
 FORMAT = "tsopt-ts-searches-1"
 MEMO_ENV = "TSOPT_TS_MEMO"
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "ts_searches.json"
+PROOFS = SHIPPED.with_name("ts_proofs.json")
+"""The shipped complete searches (``tsopt prove --ship``)."""
 
 
 def memo_path(path: Path | str | None = None) -> Path | None:
@@ -67,20 +76,37 @@ def load_memo(path: Path | str | None = None) -> list[TsSearch]:
     return searches
 
 
-def write_memo(searches: list[TsSearch], path: Path) -> None:
-    """Write ``searches`` as a memo file, one per key, in a stable order."""
-    unique = {s.key: s for s in searches}
-    doc = {"format": FORMAT,
-           "doc": "TS exhaustive searches run by committed studies; see tsopt/search/ts_memo.py",
-           "searches": [unique[k].to_dict() for k in sorted(unique)]}
-    path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
+def write_memo(searches: list[TsSearch], path: Path,
+               doc: str = "TS exhaustive searches run by committed studies; "
+                          "see tsopt/search/ts_memo.py") -> None:
+    """Write ``searches`` as a memo file, one per key (the one saying most), in a stable
+    order."""
+    unique: dict[tuple[str, str, str, str], TsSearch] = {}
+    for search in searches:
+        held = unique.get(search.key)
+        if held is None or search.supersedes(held):
+            unique[search.key] = search
+    memo = {"format": FORMAT, "doc": doc,
+            "searches": [unique[k].to_dict() for k in sorted(unique)]}
+    path.write_text(json.dumps(memo, indent=0, sort_keys=True) + "\n")
+
+
+def shipped_searches(path: Path | str | None = None) -> list[TsSearch]:
+    """The memo's searches and, with the shipped memo (no ``path``, no ``TSOPT_TS_MEMO``),
+    the shipped proofs."""
+    searches = load_memo(path)
+    if path is None and not os.environ.get(MEMO_ENV):
+        searches += load_memo(PROOFS)
+    return searches
 
 
 def seed_store(store: Store, space: SearchSpace, path: Path | str | None = None) -> int:
-    """Copy the memo's searches of ``space`` at its current verifier version into ``store``
-    (those it does not hold yet); how many were new."""
+    """Copy the memo's and the shipped proofs' searches of ``space`` at its current verifier
+    version into ``store`` (those it does not hold yet, or saying more than the one it
+    holds); how many were new."""
     from tsopt.verify.verifier import verifier_version
 
     version = verifier_version(space)
-    mine = [s for s in load_memo(path) if s.space == space.name and s.tool_version == version]
+    mine = [s for s in shipped_searches(path)
+            if s.space == space.name and s.tool_version == version]
     return store.record_searches(mine) if mine else 0

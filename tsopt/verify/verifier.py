@@ -57,7 +57,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -80,7 +80,8 @@ MAX_VERIFY_DOMAIN = 4096  # iterations of the host check; 256 take a third of a 
 TS_MAX_STATES_ENV = "TSOPT_TS_MAX_STATES"
 """Environment variable: the exhaustive checker's bound on explored states (unset: TS's)."""
 BOUNDED_NOTE = ("TS's exhaustive interleaving search stopped at its bound of {bound:,} explored "
-                "states with no deadlock or race found: not a complete proof")
+                "states with no deadlock or race found: not a complete proof (`tsopt prove` "
+                "runs it to the end)")
 """The message of a valid verdict whose exhaustive search was cut by its bound."""
 _BOUND_PATTERN = re.compile(r"stopped at its bound of ([\d,]+) explored states")
 
@@ -94,9 +95,31 @@ def search_bound(verdict: Verdict) -> int | None:
     return int(found.group(1).replace(",", "")) if found else None
 
 
+_BOUND_OVERRIDE: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "tsopt_ts_max_states", default=None)
+"""Set by :func:`searching_up_to` (``tsopt prove``): the bound, whatever the environment says."""
+
+
+@contextlib.contextmanager
+def searching_up_to(max_states: int) -> Iterator[None]:
+    """Verify, in this context, with the exhaustive checker bounded at ``max_states`` states
+    (``tsopt prove``'s complete searches), whatever ``TSOPT_TS_MAX_STATES`` says."""
+    if max_states < 1:
+        raise UserInputError(f"--max-states {max_states}: the exhaustive checker's bound must be "
+                             "a positive number of states")
+    token = _BOUND_OVERRIDE.set(max_states)
+    try:
+        yield
+    finally:
+        _BOUND_OVERRIDE.reset(token)
+
+
 def ts_max_states() -> int | None:
     """The exhaustive checker's state bound this process asks for (None: TS's own default).
     A value that is not a positive integer is refused, naming it."""
+    override = _BOUND_OVERRIDE.get()
+    if override is not None:
+        return override
     raw = os.environ.get(TS_MAX_STATES_ENV, "").strip()
     if not raw:
         return None
@@ -174,16 +197,41 @@ class _TsOutcome:
     seconds: float
     bounded: int | None = None
     """The state bound that cut the exhaustive search (None: complete, or not run)."""
+    rests_on: tuple[TsSearch, ...] = ()
+    """The exhaustive searches this outcome rests on (read back or run)."""
+    unsearched: int = 0
+    """Exhaustive searches a prediction skipped (none memoised settled them)."""
 
 
 class SearchBacking(Protocol):
     """Where TS's exhaustive searches persist across processes and studies
-    (``tsopt.db.store.Store`` implements it)."""
+    (``tsopt.db.store.Store`` implements it; a backing may also offer ``find_searches(space,
+    schedule, tool_version)``, every aliasing's, which :meth:`VerdictCache.proof_known`
+    reads). ``record_search`` keeps a search, replacing one of its key it supersedes."""
 
     def find_search(self, space: str, schedule: str, aliasing: str,
                     tool_version: str) -> TsSearch | None: ...
 
     def record_search(self, search: TsSearch) -> None: ...
+
+
+class ReadOnlySearches:
+    """A :class:`SearchBacking`'s searches, read only: a reader that must change nothing it
+    reads from (an export) still finds the searches recorded there (``tsopt prove``'s)."""
+
+    def __init__(self, backing: SearchBacking) -> None:
+        self._backing = backing
+
+    def find_search(self, space: str, schedule: str, aliasing: str,
+                    tool_version: str) -> TsSearch | None:
+        return self._backing.find_search(space, schedule, aliasing, tool_version)
+
+    def find_searches(self, space: str, schedule: str, tool_version: str) -> list[TsSearch]:
+        find_all = getattr(self._backing, "find_searches", None)
+        return list(find_all(space, schedule, tool_version)) if find_all is not None else []
+
+    def record_search(self, search: TsSearch) -> None:
+        del search  # memoised by the cache alone
 
 
 class JudgedBacking(Protocol):
@@ -254,10 +302,23 @@ class VerdictCache:
         if self._backing is not None:
             self._backing.record_judged(key, verdict)
 
-    def bfs_get(self, key: tuple[str, str, str, str]) -> TsSearch | None:
+    def supersede_judged(self, key: JudgedKey, verdict: Verdict) -> None:
+        """Keep ``verdict`` in place of the one held under ``key`` (a cut verdict judged
+        again); the backing replaces its row when it can (``Store.supersede_judged``)."""
+        with self._lock:
+            self._judged[key] = verdict
+            self.verified += 1
+        replace_row = getattr(self._backing, "supersede_judged", None)
+        if replace_row is not None:
+            replace_row(key, verdict)
+        elif self._backing is not None:
+            self._backing.record_judged(key, verdict)
+
+    def bfs_get(self, key: tuple[str, str, str, str], bound: int) -> TsSearch | None:
         """The search memoised under ``key`` (space, schedule, aliasing, tool version), here
-        or in the backing; None: not searched yet (counted as a search to run)."""
-        found = self.bfs_peek(key)
+        or in the backing, that settles a check under ``bound`` states
+        (:meth:`TsSearch.settles`); None: to be searched (counted as a search to run)."""
+        found = self.bfs_peek(key, bound)
         with self._lock:
             if found is not None:
                 self.bfs_hits += 1
@@ -265,30 +326,51 @@ class VerdictCache:
                 self.bfs_runs += 1
         return found
 
-    def bfs_peek(self, key: tuple[str, str, str, str]) -> TsSearch | None:
+    def bfs_peek(self, key: tuple[str, str, str, str], bound: int) -> TsSearch | None:
         """:meth:`bfs_get` without counting: a reader that will not search on a miss."""
         with self._lock:
             found = self._bfs.get(key)
-        if found is None and self._searches is not None:
-            found = self._searches.find_search(*key)
-            if found is not None:
+        if (found is None or not found.settles(bound)) and self._searches is not None:
+            kept = self._searches.find_search(*key)
+            if kept is not None and (found is None or kept.supersedes(found)):
+                found = kept
                 with self._lock:
                     self._bfs[key] = found
-        return found
+        return found if found is not None and found.settles(bound) else None
+
+    def proof_known(self, space: str, schedule: str, tool_version: str, bound: int) -> bool:
+        """Whether a search of ``schedule`` (any SMEM aliasing) is held, here or in the
+        backing, that says more than one cut at ``bound``: a verdict cut at ``bound`` may then
+        be judged again to a complete one (the skeleton's TS checks, the search read back)."""
+        def better(search: TsSearch) -> bool:
+            return search.error is not None or search.bounded is None or search.bounded > bound
+
+        with self._lock:
+            held = [s for k, s in self._bfs.items()
+                    if (k[0], k[1], k[3]) == (space, schedule, tool_version)]
+        if any(map(better, held)):
+            return True
+        find_all = getattr(self._searches, "find_searches", None)
+        return find_all is not None and any(map(better, find_all(space, schedule, tool_version)))
+
+    def _hold(self, search: TsSearch) -> None:
+        with self._lock:
+            held = self._bfs.get(search.key)
+            if held is None or search.supersedes(held) or not held.supersedes(search):
+                self._bfs[search.key] = search
 
     def bfs_put(self, search: TsSearch) -> None:
         """A search this process ran: memoised, kept by the backing, and listed for
         :meth:`take_searches` (a worker sends them to the driver, which records them)."""
+        self._hold(search)
         with self._lock:
-            self._bfs[search.key] = search
             self._ran.append(search)
         self._record(search)
 
     def keep_search(self, search: TsSearch) -> None:
-        """A search run elsewhere (a worker's, the database's): memoised, and kept by the
-        backing when there is one."""
-        with self._lock:
-            self._bfs[search.key] = search
+        """A search run elsewhere (a worker's, the database's): memoised (unless one saying
+        more is held), and kept by the backing when there is one."""
+        self._hold(search)
         self._record(search)
 
     def _record(self, search: TsSearch) -> None:
@@ -428,10 +510,16 @@ _BFS_PATCHED: list[bool] = []
 
 @dataclass
 class _SearchLog:
-    """The searches of one skeleton build: the bound asked for, and each search's outcome."""
+    """The searches of one skeleton build: the bound asked for, the domain, the states TS
+    explored, the bound that cut a search, and the searches the verdict rests on."""
 
     max_states: int | None
+    domain: int = 0
     bounded: int | None = None
+    states: int = 0
+    rests_on: list[TsSearch] = field(default_factory=list)
+    unsearched: int = 0
+    """Searches a prediction skipped (none memoised that settles them)."""
 
 
 def _alias_fingerprint(manager: Any) -> tuple[Any, ...]:
@@ -470,8 +558,9 @@ def _install_bfs_memo() -> None:
             if log.max_states is not None:
                 kwargs["max_states"] = log.max_states
             result = search(*args, **kwargs)
+            log.states += int(result.states_explored)
             if result.hit_state_limit:
-                bound = kwargs.get("max_states", _ts_default_bound(search))
+                bound = kwargs.get("max_states", _ts_default_bound())
                 log.bounded = max(log.bounded or 0, int(bound))
             return result
 
@@ -485,37 +574,58 @@ def _install_bfs_memo() -> None:
             cache, space_name, schedule, version = context
             full = (space_name, schedule, _digest(repr(_alias_fingerprint(self))), version)
             log = _BFS_RUN.get()
-            known = cache.bfs_get(full)
+            bound = (log.max_states if log is not None and log.max_states is not None
+                     else _ts_default_bound())
+            known = cache.bfs_get(full, bound)
             if known is not None:
-                if log is not None and known.bounded is not None:
-                    log.bounded = known.bounded
+                if log is not None:
+                    log.rests_on.append(known)
+                    if known.bounded is not None:
+                        log.bounded = max(log.bounded or 0, known.bounded)
                 if known.error is not None:
                     raise ValueError(known.error)
                 return
             if predicting:
+                if log is not None:
+                    log.unsearched += 1
                 return  # a prediction: the candidate's own verification runs the search
             before = log.bounded if log is not None else None
+            states_before = log.states if log is not None else 0
             start = time.perf_counter()
+
+            def ran(**outcome: Any) -> TsSearch:
+                record = TsSearch(*full, seconds=round(time.perf_counter() - start, 4),
+                                  domain=log.domain if log is not None else 0,
+                                  states=log.states - states_before if log is not None else None,
+                                  max_states=bound, **outcome)
+                if log is not None:
+                    log.rests_on.append(record)
+                cache.bfs_put(record)
+                return record
+
             try:
                 original(self)
             except ValueError as exc:
-                cache.bfs_put(TsSearch(*full, error=str(exc),
-                                       seconds=round(time.perf_counter() - start, 4)))
+                ran(error=str(exc))
                 raise
-            cut = log.bounded if log is not None and log.bounded != before else None
-            cache.bfs_put(TsSearch(*full, bounded=cut,
-                                   seconds=round(time.perf_counter() - start, 4)))
+            ran(bounded=log.bounded if log is not None and log.bounded != before else None)
 
+        exhaustive_checker._tsopt_original_search = search  # type: ignore[attr-defined]
         exhaustive_checker.check_all_interleavings = bounded
         TaskManager._exhaustive_aliasing_races = memoised  # type: ignore[method-assign]
         _BFS_PATCHED.append(True)
 
 
-def _ts_default_bound(search: Callable[..., Any]) -> int:
-    """TS's own ``max_states`` default (1,000,000 in DSL 4.8.1), read from its signature."""
+def _ts_default_bound() -> int:
+    """TS's own ``max_states`` default (1,000,000 in DSL 4.8.1), read from its signature
+    (through the verifier's wrapper, to TS's function)."""
     import inspect
 
-    default = inspect.signature(search).parameters["max_states"].default
+    from cutlass.experimental.task_scheduling import exhaustive_checker
+
+    original = getattr(exhaustive_checker, "_tsopt_original_search", None)
+    target = original if original is not None else exhaustive_checker.check_all_interleavings
+    default = inspect.signature(target).parameters["max_states"].default
     return int(default)
 
 
@@ -526,14 +636,17 @@ def _digest(text: str) -> str:
 def schedule_digest(space: SearchSpace, genome: Genome, problem: Problem,
                     domain: int | None = None) -> str | None:
     """The ``schedule`` of the :class:`~tsopt.core.records.TsSearch` records that verifying
-    ``genome`` would read (its ``ts_schedule_key``, the domain, any state bound), or None
-    when the space keys no search or cannot read the genome's genes (the checks say why)."""
+    ``genome`` would read (its ``ts_schedule_key`` and the domain), or None when the space
+    keys no search or cannot read the genome's genes (the checks say why). The state bound
+    is not in it: one search per schedule is kept, the one that says most."""
     try:
         key = space.ts_schedule_key(genome, problem)
         n = domain if domain is not None else space.verify_domain(genome)
     except (ValueError, KeyError, TypeError, AssertionError):
         return None
-    return None if key is None else _digest(f"{key}|domain={n}{_bound_suffix()}")
+    # "states=ts" as when the bound was part of the key: the searches kept then under TS's
+    # bound keep their key, and say by ``bounded`` what they are.
+    return None if key is None else _digest(f"{key}|domain={n}|states=ts")
 
 
 @contextlib.contextmanager
@@ -557,7 +670,7 @@ def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: 
     the exhaustive checker's outcome is memoised by the space's ``ts_schedule_key``."""
     start = time.perf_counter()
     sink = io.StringIO()
-    log = _SearchLog(ts_max_states())
+    log = _SearchLog(ts_max_states(), domain)
     _install_bfs_memo()  # the bound and the record of a cut search live in the patch
     token = _BFS_RUN.set(log)
     try:
@@ -580,7 +693,8 @@ def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: 
         )
     finally:
         _BFS_RUN.reset(token)
-    return _TsOutcome(True, None, None, time.perf_counter() - start, log.bounded)
+    return _TsOutcome(True, None, None, time.perf_counter() - start, log.bounded,
+                      tuple(log.rests_on), log.unsearched)
 
 
 def verify_genome(
@@ -607,15 +721,45 @@ def verify_genome(
     start = time.perf_counter()
     # A genome that plants a fault is judged by this process's setting: never memoised whole.
     key = None if fault_genes(genome) else judged_key(space, genome, problem, domain)
-    if key is not None:
-        known = cache.find_judged(key)
-        if known is not None:
-            return replace(known, genome_hash=genome.hash, cached=True,
-                           seconds=time.perf_counter() - start)
+    known = cache.find_judged(key) if key is not None else None
+    if known is not None and not _proof_may_be_known(space, genome, problem, domain, cache,
+                                                      search_bound(known)):
+        return replace(known, genome_hash=genome.hash, cached=True,
+                       seconds=time.perf_counter() - start)
     verdict = _judge(genome, problem, domain, space, cache, start)
     if key is not None:
-        cache.record_judged(key, verdict)
+        if known is None:
+            cache.record_judged(key, verdict)
+        else:  # a verdict cut by the bound, judged again now that a complete search is known
+            cache.supersede_judged(key, verdict)
     return verdict
+
+
+def _search_domains(space: SearchSpace, genome: Genome, problem: Problem,
+                    domain: int | None) -> list[int]:
+    """The domains the verifier runs TS at for ``genome``: its own, then the extra ones."""
+    n = domain if domain is not None else space.verify_domain(genome)
+    return [n] + sorted(set(space.extra_verify_domains(genome, problem)) - {n})
+
+
+def _proof_may_be_known(space: SearchSpace, genome: Genome, problem: Problem,
+                        domain: int | None, cache: VerdictCache, bound: int | None) -> bool:
+    """Whether a verdict of ``genome`` cut at ``bound`` states may now be judged complete: a
+    search of one of its schedules (at its domains) that says more is held. A memoised cut
+    verdict is then judged again (TS's checks on the skeleton, the searches read back), so a
+    complete search recorded later (``tsopt prove``) supersedes it everywhere it is read."""
+    if bound is None:
+        return False
+    try:
+        domains = _search_domains(space, genome, problem, domain)
+    except (ValueError, KeyError, TypeError, AssertionError):
+        return False
+    version = verifier_version(space)
+    for n in domains:
+        schedule = schedule_digest(space, genome, problem, n)
+        if schedule is not None and cache.proof_known(space.name, schedule, version, bound):
+            return True
+    return False
 
 
 def _judge(genome: Genome, problem: Problem, domain: int | None, space: SearchSpace,
@@ -685,7 +829,8 @@ def _ts_gate(space: SearchSpace, genome: Genome, problem: Problem, n: int,
     """TS's outcome for ``genome`` at a domain of ``n`` (memoised), and whether it was known."""
     key = f"{space.verdict_key(genome, problem)}|domain={n}{_bound_suffix()}"
     outcome = cache.get(space.name, key)
-    if outcome is not None:
+    if outcome is not None and not _proof_may_be_known(space, genome, problem, n, cache,
+                                                        outcome.bounded):
         return outcome, True
     outcome = run_ts_checks(space, genome, problem, n, memo=cache)
     cache.put(space.name, key, outcome)
@@ -765,12 +910,63 @@ class _PredictionCache(VerdictCache):
         found = super().find_judged(key)
         return found if found is not None else self._real.find_judged(key)
 
-    def bfs_get(self, key: tuple[str, str, str, str]) -> TsSearch | None:
-        known = super().bfs_get(key)
-        return known if known is not None else self._real.bfs_peek(key)
+    def bfs_get(self, key: tuple[str, str, str, str], bound: int) -> TsSearch | None:
+        known = super().bfs_get(key, bound)
+        return known if known is not None else self._real.bfs_peek(key, bound)
+
+    def proof_known(self, space: str, schedule: str, tool_version: str, bound: int) -> bool:
+        return (super().proof_known(space, schedule, tool_version, bound)
+                or self._real.proof_known(space, schedule, tool_version, bound))
 
     def bfs_put(self, search: TsSearch) -> None:
         self.keep_search(search)  # a prediction never searches; were it to, kept here only
+
+
+@dataclass(frozen=True)
+class SearchProof:
+    """One exhaustive TS search a verdict rests on, as an export's manifest states it: the
+    domain searched and the search memoised (None: none recorded settles it)."""
+
+    domain: int
+    search: TsSearch | None
+
+    @property
+    def complete(self) -> bool:
+        return self.search is not None and self.search.complete
+
+    def to_dict(self) -> dict[str, Any]:
+        found = self.search
+        return {"domain": self.domain, "recorded": found is not None,
+                "complete": self.complete,
+                "states": found.states if found is not None else None,
+                "bounded": found.bounded if found is not None else None,
+                "max_states": found.max_states if found is not None else None,
+                "error": found.error if found is not None else None,
+                "schedule": found.schedule if found is not None else None,
+                "aliasing": found.aliasing if found is not None else None,
+                "tool_version": found.tool_version if found is not None else None,
+                "seconds": found.seconds if found is not None else None}
+
+
+def proof_of(genome: Genome, problem: Problem, space: SearchSpace,
+             cache: VerdictCache) -> list[SearchProof]:
+    """The exhaustive searches ``genome``'s TS verdict for ``problem`` rests on, at each domain
+    the verifier searches, read from ``cache`` (and its backing) without searching: TS's
+    cheap checks run on the skeleton, a search not memoised is named (``search=None``) and
+    never run. A space that keys no search, or a schedule TS rejects before searching, has
+    none."""
+    proofs: list[SearchProof] = []
+    token = _BFS_PREDICT.set(True)
+    try:
+        for n in _search_domains(space, genome, problem, None):
+            outcome = run_ts_checks(space, genome, problem, n, memo=cache)
+            if not outcome.valid:
+                break
+            proofs += [SearchProof(n, found) for found in outcome.rests_on]
+            proofs += [SearchProof(n, None)] * outcome.unsearched
+    finally:
+        _BFS_PREDICT.reset(token)
+    return proofs
 
 
 def predicting_judge(space: SearchSpace, cache: VerdictCache | None = None) -> Judge:
