@@ -184,7 +184,7 @@ class BuildRow(Base):
     spill_bytes: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
     versions_json: Mapped[str] = mapped_column(Text, default="{}")
-    # {file name: sha256} of the artifact's bundled files as built; NULL before revision 0006.
+    # {file name: sha256} of the artifact's bundled files as built; NULL before revision 0007.
     files_json: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

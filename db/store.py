@@ -151,7 +151,7 @@ def stored_verdict_key(verdict_key: str) -> str:
 @dataclass(frozen=True)
 class RecordedBuild:
     """A candidate's build as the database recorded it: ``files`` the {name: sha256} of its
-    artifact's bundled files (None for a build recorded before revision 0006)."""
+    artifact's bundled files (None for a build recorded before revision 0007)."""
 
     candidate_id: int
     genome_hash: str
@@ -932,7 +932,7 @@ class Store:
                 for key, value in values.items():
                     setattr(row, key, value)
             elif row.files_json is None and row.status == "ok" and files:
-                row.files_json = values["files_json"]  # a build recorded before revision 0006
+                row.files_json = values["files_json"]  # a build recorded before revision 0007
             candidate.build_id = row.id
             if node is not None:
                 candidate.build_node = node[:255]

@@ -135,7 +135,7 @@ def test_ship_keeps_complete_searches_of_the_current_version(gemm: Any, tmp_path
     assert load_memo(proofs) == [complete]
 
 
-def test_migration_0006_backfills_complete(tmp_path: Path) -> None:
+def test_migration_0009_backfills_complete(tmp_path: Path) -> None:
     """A database made before searches said whether they were complete: upgraded in place, a
     cut row stays cut and a complete one says complete."""
     from alembic import command

@@ -21,7 +21,7 @@ them again). Before anything is recorded:
 - the bundle is one this database built (:func:`check_provenance`): its study is here with the
   same space, problem and arch (a renamed study is refused, never created), every candidate is
   one of the study's, and every artifact file's sha256 is the one the database recorded when
-  the candidate was built (revision 0006). A build recorded before that revision is checked
+  the candidate was built (revision 0007). A build recorded before that revision is checked
   against its artifact in the build cache, while it is there; without it the bundle is refused;
 - every result is a measurement that could have been taken: finite, positive times between the
   arch's roofline and a minute, the figures a timing carries (rate, ratio, the baseline's), a
@@ -171,7 +171,7 @@ def check_provenance(store: Store, manifest: BundleManifest) -> dict[str, int]:
                 f"{build.status!r} for {build.problem_key} / {build.arch}, not a built "
                 f"artifact for {manifest.problem.key} / {manifest.arch}: {refused}")
         recorded = build.files
-        if recorded is None:  # recorded before revision 0006: the build cache's copy, if kept
+        if recorded is None:  # recorded before revision 0007: the build cache's copy, if kept
             cached = Path(build.artifact_dir) if build.artifact_dir else None
             if cached is None or not cached.is_dir():
                 raise BundleError(

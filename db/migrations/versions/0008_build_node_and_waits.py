@@ -3,8 +3,8 @@ node id, else the host, whose worker built it), ``tsopt_candidate.build_wait_s``
 build slot) and ``tsopt_measurement.wait_s`` (waiting for a GPU). Older rows have NULL: not
 recorded.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-03
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006"
-down_revision: str | None = "0005"
+revision: str = "0008"
+down_revision: str | None = "0007"
 branch_labels: str | None = None
 depends_on: str | None = None
 

@@ -5,8 +5,8 @@ checksums whoever edits the bundle can write again).
 A build recorded before this revision has none (NULL): ingest then hashes the artifact the row
 names in the build cache, when it is still there, and refuses the bundle when it is not.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2027-02-03
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006"
-down_revision: str | None = "0005"
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | None = None
 depends_on: str | None = None
 
