@@ -87,6 +87,7 @@ class SlowGpuPool(SyntheticMeasurePool):
         return super().poll(timeout)
 
 
+@pytest.mark.slow
 def test_time_budget_cuts_the_queue_and_a_resume_takes_it_up(tmp_path: Path) -> None:
     """--time bounds the run: candidates still waiting for the GPU when it is spent are not
     measured by this run (a queue of dozens would overrun it by minutes at 8192^3); they stay
@@ -157,6 +158,7 @@ class QueuedSlowGpuPool(MeasureQueue):
         return []
 
 
+@pytest.mark.slow
 def test_what_waits_for_the_gpu_is_measured_in_the_sampler_s_predicted_order(tmp_path: Path) -> None:
     """A GPU slower than the builds (an 8192^3 GEMM study, bench/tune_gpu rounds 6-7) gets a
     queue; a sampler that predicts (evolve's cost model) has it measured best first."""

@@ -128,6 +128,7 @@ def test_malformed_genome_files(text: str, message: str, tmp_path: Path) -> None
     assert message in one_line_error(result)
 
 
+@pytest.mark.slow
 def test_tune_copy_without_a_gpu_builds_records_and_bundles(tmp_path: Path) -> None:
     result = tsopt(
         "tune",

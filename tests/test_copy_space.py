@@ -57,6 +57,7 @@ def test_enumerator_counts(space) -> None:  # type: ignore[no-untyped-def]
     assert len({g.hash for g in first}) == 50
 
 
+@pytest.mark.slow
 def test_factorised_funnel_equals_exhaustive_verification_on_a_subspace(
     space,
     monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]

@@ -31,6 +31,7 @@ def test_every_gemm_schedule_is_deterministic_and_so_is_the_copy_seed() -> None:
     assert copy.has_deterministic_schedule(parse_problem_spec(PROBLEM))
 
 
+@pytest.mark.slow
 def test_a_space_without_a_deterministic_schedule_is_refused_before_anything_is_built(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     space_class = type(get_space("copy"))

@@ -157,6 +157,7 @@ def test_seeded_samplers_repeat_and_cmaes_models_only_ordinal_knobs(space) -> No
 # -- dedup and caches (SQLite and PostgreSQL) -------------------------------------------
 
 
+@pytest.mark.slow
 def test_seen_genomes_are_never_rebuilt_and_duplicates_get_the_known_outcome(
         tmp_path: Path, db_url: str) -> None:  # noqa: F811
     # A grid over stages {2, 4} x ctas_per_sm {1, 2} with a one-CTA-per-tile grid: ctas_per_sm
@@ -252,6 +253,7 @@ class SyntheticMeasurePool:
         return []
 
 
+@pytest.mark.slow
 def test_measured_outcomes_are_told_and_ties_break_by_hash(tmp_path: Path, space) -> None:  # type: ignore[no-untyped-def]
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
     pool = SyntheticMeasurePool()
@@ -342,6 +344,7 @@ def test_patience_stops_after_trials_without_improvement(tmp_path: Path) -> None
 # -- warm start (SQLite and PostgreSQL) -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_warm_start_enqueues_the_best_genomes_of_nearby_finished_studies(
         tmp_path: Path, db_url: str, space) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     near = Problem.of("copy", "fp16", rows=256, cols=512)
@@ -443,6 +446,7 @@ def check_resumed_study(tmp_path: Path, trials: int) -> None:
         assert store.get_study(study).status == "finished"  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_the_same_command_resumes_with_nothing_lost(tmp_path: Path) -> None:
     db = tmp_path / "tsopt.db"
     proc = start_tsopt(tune_args(14), tmp_path)
@@ -468,6 +472,7 @@ def test_kill_9_mid_run_then_the_same_command_resumes_with_nothing_lost(tmp_path
             assert now[genome_hash].verdict == c.verdict
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_at_a_trial_boundary_marks_the_study_interrupted_and_resumes(
         tmp_path: Path) -> None:
     db = tmp_path / "tsopt.db"
@@ -506,6 +511,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         stop_ray(cluster)
 
 
+@pytest.mark.slow
 def test_ray_tasks_build_and_a_dying_worker_is_replaced_and_retried_once(
         ray_cluster: Path, tmp_path: Path, space, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     from tests.crashing_space import GRID_KNOBS, check_the_grid_outcome
@@ -523,6 +529,7 @@ def test_ray_tasks_build_and_a_dying_worker_is_replaced_and_retried_once(
     assert driver.stats.worker_failures == 1
 
 
+@pytest.mark.slow
 def test_ray_pool_evaluates_in_worker_processes(ray_cluster: Path, tmp_path: Path, space) -> None:  # type: ignore[no-untyped-def]
     from tsopt.search.pipeline import EvaluateRequest, Evaluation
     from tsopt.search.pools.ray_pool import RayBuildPool
@@ -551,6 +558,7 @@ def test_ray_pool_evaluates_in_worker_processes(ray_cluster: Path, tmp_path: Pat
     assert evaluations[bad.hash].build is None
 
 
+@pytest.mark.slow
 def test_a_measuring_actor_that_cannot_measure_sends_the_rest_to_the_bundle(
         ray_cluster: Path, tmp_path: Path) -> None:
     from tsopt.search.pools.ray_pool import RayMeasurePool
@@ -571,6 +579,7 @@ def test_a_measuring_actor_that_cannot_measure_sends_the_rest_to_the_bundle(
         assert all(not c.measurements for c in store.candidates(driver.name))
 
 
+@pytest.mark.slow
 def test_the_top_k_are_confirmed_before_a_winner_is_named(tmp_path: Path, space) -> None:  # type: ignore[no-untyped-def]
     """SYNTHETIC timings: the final round measures the top k again, twice, in alternation
     (1..k, then k..1), and the study records the winner with its interval and the candidates
@@ -604,6 +613,7 @@ class OtherDevicePool(SyntheticMeasurePool):
             if d.result.measurement is not None else d for d in super().poll(timeout)]
 
 
+@pytest.mark.slow
 def test_a_study_resumed_on_another_device_is_told_so(tmp_path: Path, space) -> None:  # type: ignore[no-untyped-def]
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
     knobs = (*NARROW, "stages=1,2,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",

@@ -100,6 +100,7 @@ def synthetic_value(params: dict[str, Any]) -> float:
     return value + 0.2 * (params.get("vector") != 8)
 
 
+@pytest.mark.slow
 def test_the_sampler_proposes_unseen_legal_neighbours_in_a_real_study(
         tmp_path: Path, copy_space) -> None:  # type: ignore[no-untyped-def]
     view = KnobView.of(copy_space, COPY, "evolve")

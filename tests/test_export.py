@@ -287,6 +287,7 @@ print(json.dumps({{
 """
 
 
+@pytest.mark.slow
 def test_the_export_registers_its_kernel_as_a_pytorch_op(store_with_winner: tuple[Store, Path]) -> None:
     _, root = store_with_winner
     out = root / "best"
@@ -303,6 +304,7 @@ def test_the_export_registers_its_kernel_as_a_pytorch_op(store_with_winner: tupl
     assert probe["heavy"] == []
 
 
+@pytest.mark.slow
 def test_several_studies_export_as_one_package_with_a_dispatch_table(
         store_with_winner: tuple[Store, Path]) -> None:
     store, root = store_with_winner
@@ -355,6 +357,7 @@ def test_two_studies_of_one_problem_cannot_share_a_package(store_with_winner: tu
         export_studies(store, [STUDY, "same-problem"], root / "ambiguous")
 
 
+@pytest.mark.slow
 def test_the_cli_exports_a_package_from_repeated_and_listed_studies(
         store_with_winner: tuple[Store, Path]) -> None:
     _, root = store_with_winner

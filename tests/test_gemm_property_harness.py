@@ -51,6 +51,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return out, json.loads((out / "index.json").read_text())
 
 
+@pytest.mark.slow
 def test_build_writes_three_accepted_pairs_each_a_checked_bundle(built) -> None:
     out, index = built
     cases = index["cases"]
@@ -72,6 +73,7 @@ def test_build_writes_three_accepted_pairs_each_a_checked_bundle(built) -> None:
     assert size < 3 * 300_000, size
 
 
+@pytest.mark.slow
 def test_index_records_the_draw_and_every_rejection_by_its_rule(built) -> None:
     _out, index = built
     space = get_space("gemm")

@@ -212,6 +212,7 @@ def test_every_element_is_written_exactly_once(space, grid: str) -> None:  # typ
 # -- the funnel ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_funnel_counts_and_equals_verifying_every_genome(space) -> None:  # type: ignore[no-untyped-def]
     for problem, checked in ((INT16, 12096), (RAGGED, 9072)):
         funnel = compute_funnel(space, problem, sample=30)

@@ -136,6 +136,7 @@ def test_register_and_smem_budgets(space) -> None:
     assert not v.valid and v.rule == "tsopt.tile_shape"
 
 
+@pytest.mark.slow
 def test_smem_bytes_match_the_ts_allocator(space) -> None:
     from tsopt.search_spaces.gemm.kernel import make_task_manager
 

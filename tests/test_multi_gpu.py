@@ -145,6 +145,7 @@ def test_each_gpu_index_maps_through_the_devices_this_process_may_use(
 
 
 # -- tsopt measure --gpus 2 -----------------------------------------------------------------
+@pytest.mark.slow
 def test_a_bundle_on_two_gpus_shares_the_work_and_merges_into_one_results_file(
         two_gpus: Path, tmp_path: Path) -> None:
     bundle, genomes = make_bundle(tmp_path, n=8, libraries=["simulated: slow\n"] * 8)
@@ -168,6 +169,7 @@ def test_a_bundle_on_two_gpus_shares_the_work_and_merges_into_one_results_file(
     assert all(0 < s.busy_fraction <= 1 and s.stopped is None for s in view.split)
 
 
+@pytest.mark.slow
 def test_a_crash_on_one_gpu_loses_none_of_the_other_gpus_results(
         two_gpus: Path, tmp_path: Path) -> None:
     bundle, genomes = make_bundle(tmp_path, n=6, libraries=["simulated: crash-on-1\n"] * 6)

@@ -92,6 +92,7 @@ def tune_args(trials: int, *extra: str) -> list[str]:
 # -- the command line, end to end, on a machine without Ray ------------------------------
 
 
+@pytest.mark.slow
 def test_tune_copy_with_build_processes_and_no_ray_records_verdicts_and_builds(
         tmp_path: Path) -> None:
     # Ray cannot even be imported: a `ray` package on the path that refuses to load.
@@ -137,6 +138,7 @@ def test_tune_copy_with_build_processes_and_no_ray_records_verdicts_and_builds(
 # -- worker deaths ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_once_is_replaced_and_the_candidate_retried(
         tmp_path: Path) -> None:
     space = CopySpace()
@@ -160,6 +162,7 @@ def test_a_worker_that_dies_once_is_replaced_and_the_candidate_retried(
         assert Path(evaluation.build.artifact_dir or "").is_dir()
 
 
+@pytest.mark.slow
 def test_a_candidate_whose_retry_dies_too_fails_and_spares_its_neighbour(
         tmp_path: Path) -> None:
     space = CopySpace()
@@ -188,6 +191,7 @@ def test_a_candidate_whose_retry_dies_too_fails_and_spares_its_neighbour(
                                  "attribute 'NoSuchSpace'")
 
 
+@pytest.mark.slow
 def test_the_driver_records_a_worker_that_died_twice_as_a_failed_build(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.crashing_space import GRID_KNOBS, check_the_grid_outcome

@@ -189,6 +189,7 @@ def test_a_second_study_in_the_database_judges_nothing_already_judged(tmp_path: 
         assert all(c.verdict is not None for c in second)
 
 
+@pytest.mark.slow
 def test_a_prediction_skips_the_exhaustive_search_and_is_never_recorded(gemm: Any) -> None:
     """What the searching process judges itself (proposals, library genomes) goes through
     ``predicting_judge``: TS's exhaustive search, seconds on a persistent two-warpgroup

@@ -96,6 +96,7 @@ def test_the_blocker_blocks(blocked_env: dict[str, str]) -> None:
     assert proc.returncode != 0 and "optuna is blocked" in proc.stderr
 
 
+@pytest.mark.slow
 def test_gpu_side_modules_import_with_torch_and_stdlib_only(blocked_env: dict[str, str]) -> None:
     code = textwrap.dedent(f"""
         import importlib, pkgutil, sys
@@ -136,6 +137,7 @@ print(len(names), sorted(m for m in sys.modules if m.split(".")[0] in ("rich", "
 """
 
 
+@pytest.mark.slow
 def test_every_measuring_module_imports_with_torch_and_the_standard_library_alone() -> None:
     proc = subprocess.run([sys.executable, "-c", ONLY_TORCH_AND_STDLIB], capture_output=True,
                           text=True, cwd=REPO, timeout=120)
@@ -156,6 +158,7 @@ def _placeholder_bundle(root: Path) -> Path:
     return root / "bundle"
 
 
+@pytest.mark.slow
 @NO_GPU
 def test_tsopt_measure_runs_under_the_blocker_and_says_there_is_no_gpu(
     blocked_env: dict[str, str], tmp_path: Path,
@@ -211,6 +214,7 @@ def test_gemm_check_passes_a_correct_product_and_states_its_error(dtype: str) ->
     assert result.rel_err is not None and 0 < result.rel_err < GEMM_REL_TOL[dtype] / 4
 
 
+@pytest.mark.slow
 def test_gemm_check_fails_unwritten_nan_dropped_k_and_one_wrong_tile() -> None:
     problem = Problem.of("gemm", "bf16", m=256, n=256, k=512)
     spec = GemmReference(problem)
@@ -399,6 +403,7 @@ def _variant(artifact: Path, tmp_path: Path, **changes: object) -> Path:
     return copy
 
 
+@pytest.mark.slow
 def test_the_artifact_links_the_cuda_runtime_dynamically(artifact: Path) -> None:
     soname = needed_cudart(artifact / "libkernel.so")
     assert soname in ("libcudart.so.13", "libcudart.so.12")
@@ -440,6 +445,7 @@ def test_a_missing_symbol_or_library_or_bad_tensors_is_a_launch_error(
     assert m.status == "launch_error" and "abi 7" in (m.error or "")
 
 
+@pytest.mark.slow
 @NO_GPU
 def test_without_a_gpu_the_isolated_child_reports_the_same_launch_error(artifact: Path) -> None:
     m = measure_candidate(artifact, artifact.name, COPY.key, baseline_us=20.0)
@@ -655,6 +661,7 @@ def test_simulated_launch_and_load_errors_raise_the_mapped_fault() -> None:
     assert fault.value.status == "launch_error" and "tsopt_load returned 209" in fault.value.message
 
 
+@pytest.mark.slow
 def test_simulated_gemm_is_checked_against_the_fp32_reference() -> None:
     problem = Problem.of("gemm", "bf16", m=64, n=32, k=128)
 

@@ -107,6 +107,7 @@ def test_the_shipped_screens_are_current(name: str) -> None:
     load_screen(space.screen_file, funnel.screen_key(space), None)
 
 
+@pytest.mark.slow
 def test_a_space_recomputes_a_tampered_screen_with_the_injected_judge(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

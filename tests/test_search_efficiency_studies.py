@@ -136,6 +136,7 @@ def figure(dbs: dict[str, str], **kwargs: object) -> dict:
                        f"random={dbs['r']}:gemm-random"], **kwargs)
 
 
+@pytest.mark.slow
 def test_counts_from_recorded_studies(dbs: dict[str, str]) -> None:
     result = figure(dbs, within=0.02, shuffles=2000, seed=3)
     assert result["target_us"] == pytest.approx(102.0)
@@ -161,6 +162,7 @@ def test_counts_from_recorded_studies(dbs: dict[str, str]) -> None:
     assert result["by_label"]["random"]["median"] == 4
 
 
+@pytest.mark.slow
 def test_random_order_matches_exact_distribution(dbs: dict[str, str]) -> None:
     order = figure(dbs, shuffles=20000, seed=1)["reference"]["random_order"]
     total, hits = 10, 2
@@ -210,6 +212,7 @@ def test_last_colon_split() -> None:
                                                  "gemm-tpe-0")
 
 
+@pytest.mark.slow
 def test_missing_file_and_study_are_named(dbs: dict[str, str], tmp_path: Path) -> None:
     missing = tmp_path / "nope.db"
     with pytest.raises(ValueError, match="no database file"):
@@ -219,6 +222,7 @@ def test_missing_file_and_study_are_named(dbs: dict[str, str], tmp_path: Path) -
         se.studies(f"{dbs['r']}:gemm-random", [f"tpe={dbs['t0']}:gemm-tpe-9"])
 
 
+@pytest.mark.slow
 def test_other_problem_is_refused(dbs: dict[str, str]) -> None:
     with Store(dbs["t1"]) as store:
         store.create_or_get_study("other", "copy", Problem.of("copy", "fp16", rows=1024,
@@ -227,6 +231,7 @@ def test_other_problem_is_refused(dbs: dict[str, str]) -> None:
         se.studies(f"{dbs['r']}:gemm-random", [f"tpe={dbs['t1']}:other"])
 
 
+@pytest.mark.slow
 def test_write_figure_writes_json_and_markdown(dbs: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "results" / "se.json"
     result = se.studies(f"{dbs['r']}:gemm-random", [f"tpe={dbs['t0']}:gemm-tpe-0",
@@ -248,6 +253,7 @@ def _dump(url: str, path: Path) -> None:
         json.dump(docs, f, default=str)
 
 
+@pytest.mark.slow
 def test_dumps_give_the_figure_of_the_databases(dbs: dict[str, str], tmp_path: Path) -> None:
     dumps = {name: tmp_path / f"{name}.json{'.xz' if name == 'r' else ''}" for name in dbs}
     for name, path in dumps.items():
@@ -267,6 +273,7 @@ def test_dumps_give_the_figure_of_the_databases(dbs: dict[str, str], tmp_path: P
     assert from_dumps["runs"][0]["candidates_to_target"] == 3  # the measured order survives
 
 
+@pytest.mark.slow
 def test_dump_errors_are_named(dbs: dict[str, str], tmp_path: Path) -> None:
     missing = tmp_path / "nope.json"
     with pytest.raises(ValueError, match="no dump file"):

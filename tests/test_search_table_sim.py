@@ -45,6 +45,7 @@ def table(sim):
     return sim.Table(doc)
 
 
+@pytest.mark.slow
 def test_expected_best_of_random_is_exact(sim, table):
     values = table.values
     assert len(values) >= 8
@@ -53,6 +54,7 @@ def test_expected_best_of_random_is_exact(sim, table):
         assert table.random_expected_best(3)[b - 1] == pytest.approx(brute, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_random_scores_zero_and_the_oracle_one(sim, table):
     budget = 6
     random_runs = [sim.replay_one(table, "random", seed, budget, 2000) for seed in range(20)]
@@ -69,6 +71,7 @@ def test_random_scores_zero_and_the_oracle_one(sim, table):
     assert all(r["measured"] == 1 and r["best"] == table.best for r in oracle)
 
 
+@pytest.mark.slow
 def test_summary_counts_against_randoms_expectation(sim, table):
     result = sim.simulate(table.doc, ["random"], seeds=3, budget=4, max_proposals=2000)
     s = result["strategies"]["random"]

@@ -83,6 +83,7 @@ COPY_PROBLEM = default_problem("copy")
 
 
 # -- the seeds and their one-gene edits ----------------------------------------------------------
+@pytest.mark.slow
 def test_the_seeds_are_valid(gemm: Any, copy: Any) -> None:
     for space, problem in ((gemm, GEMM_PROBLEM), (copy, COPY_PROBLEM)):
         verdict = verify_genome(space.seed_genome(problem), problem, space=space)
@@ -91,6 +92,7 @@ def test_the_seeds_are_valid(gemm: Any, copy: Any) -> None:
     assert verify_genome(tma_store, GEMM_PROBLEM, space=gemm).valid
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("epilogue", ["direct", "tma_store"])
 @pytest.mark.parametrize("tile_n, unwritten", [(136, "128..135"), (200, "192..199")])
 def test_epilogue_coverage_of_the_whole_tile(gemm: Any, epilogue: str, tile_n: int,
@@ -115,6 +117,7 @@ def test_a_tile_n_off_the_64_grid_is_drained_in_narrower_subtiles(gemm: Any,
     assert (cfg.epi_cols, cfg.epi_subtiles) == (32, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tile_n", [100, 264, 320])
 def test_wgmma_n_legality(gemm: Any, tile_n: int) -> None:
     verdict = verify_genome(gemm.seed_genome(GEMM_PROBLEM).replace(tile_n=tile_n), GEMM_PROBLEM,
@@ -317,6 +320,7 @@ PLANTS: tuple[Plant, ...] = (
 )
 
 
+@pytest.mark.slow
 def test_planted_invalid_genomes_are_caught(gemm: Any, copy: Any) -> None:
     from tsopt.core.problem import parse_problem_spec
 

@@ -53,6 +53,7 @@ def pieces(plan: StreamKPlan) -> tuple[dict, dict, dict]:
     return cover, owners, others
 
 
+@pytest.mark.slow
 def test_the_plan_covers_every_k_slice_once_and_each_owner_waits_for_exactly_its_pieces() -> None:
     rng = random.Random(7)
     for _ in range(400):

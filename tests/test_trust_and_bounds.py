@@ -380,6 +380,7 @@ def test_a_build_beyond_its_memory_limit_is_recorded_and_the_asker_lives_on(
     assert parse_memory("0") is None and parse_memory("2G") == 2 * 2**30
 
 
+@pytest.mark.slow
 def test_the_driver_records_a_build_over_its_memory_limit_as_build_failed_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
