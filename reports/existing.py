@@ -14,7 +14,9 @@ from tsopt.db.store import Store
 
 def open_existing(db_url: str) -> Store:
     """A store on an existing database; UserInputError naming a missing SQLite file."""
-    path = sqlite_path(parse_url(db_url))
+    parsed = parse_url(db_url)
+    # A server's database (PostgreSQL) has no file to look for; the store refuses a missing one.
+    path = sqlite_path(parsed) if parsed.get_backend_name() == "sqlite" else None
     if path is not None and not path.is_file():
         raise UserInputError(
             f"no database at {str(path)!r} (from --db {display_url(parse_url(db_url))!r}); "

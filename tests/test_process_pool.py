@@ -241,7 +241,7 @@ def test_bad_pool_options_are_refused_by_name(overrides: dict[str, Any], message
 
 
 def test_the_command_line_refuses_a_bad_pool_in_one_line(tmp_path: Path) -> None:
-    result = tsopt(tune_args(2, "--pool", "processes"), tmp_path)  # --workers 0
+    result = tsopt(tune_args(2, "--pool", "processes", "--workers", "0"), tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr

@@ -94,4 +94,14 @@ def test_the_shipped_memo_is_remade_from_the_corpus() -> None:
     assert shipped.keys() == remade.keys()
     assert all((shipped[k].error, shipped[k].bounded) == (remade[k].error, remade[k].bounded)
                for k in shipped)
-    assert any(s.space == "gemm" for s in shipped.values())
+    # The corpus's searches are of the verifier versions that ran them: after an edit of a
+    # space every one is stale and the memo is empty until studies run again, while the
+    # shipped proofs (tsopt/data/ts_proofs.json, tsopt prove --ship) are of the current one.
+    from tsopt.core.registry import get_space
+    from tsopt.search.ts_memo import shipped_searches
+    from tsopt.verify.verifier import verifier_version
+
+    current = verifier_version(get_space("gemm"))
+    assert any(s.space == "gemm" for s in shipped.values()) or any(
+        s.space == "gemm" and s.tool_version == current and s.complete
+        for s in shipped_searches())

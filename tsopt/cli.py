@@ -205,7 +205,7 @@ def verify(
 
         profile = resolve_profile(device, os.environ.get("CUTE_DSL_ARCH") or DEFAULT_ARCH)
         # The same answer as `tune` for a problem no GPU of the space's arch can hold.
-        check_fits(target, get_space(genome.space).archs[0], profile)
+        check_fits(target, get_space(genome.space).archs[0], profile if device else None)
         check_genome_schema(genome, target)
         space = get_space(genome.space)
         space.device = profile

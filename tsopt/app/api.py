@@ -143,8 +143,13 @@ _OPTION_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
     "warm_start": ((bool,), "True or False"), "pool": ((str,), "ray or processes"),
     "library": ((bool,), "True or False"), "gpus": ((int,), "an int"),
     "deterministic": ((bool,), "True or False"),
+    "library_exclude_self": ((bool,), "True or False"), "launch": ((str,), "graph or eager"),
+    "device": ((str,), "a device profile such as 'H100_PCIE'"),
 }
-_OPTIONAL = {"study", "bundle_dir", "ray_address", "patience", "gpus"}
+# None is each one's default: workers (auto), pool (the one --workers implies), launch (a
+# resumed study's own, graph for a new one), device (the GPU that measures, or the arch's).
+_OPTIONAL = {"study", "bundle_dir", "ray_address", "patience", "gpus", "workers", "pool",
+             "launch", "device"}
 
 
 def _check_options(options: dict[str, Any]) -> None:
