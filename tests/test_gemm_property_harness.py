@@ -101,6 +101,7 @@ def test_index_records_the_draw_and_every_rejection_by_its_rule(built) -> None:
             assert not verdict.valid and verdict.rule == row["rule"]
 
 
+@pytest.mark.slow
 def test_the_first_genomes_get_the_edge_cases(built) -> None:
     # Genome i (of those valid on 8192^3) is first tried on a shape of kind
     # SHAPE_KINDS[i % 8]: k_ragged, below_tile, non_multiple, ...; a shape the verifier

@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # two-node Ray clusters: a minute of setup each
+
 ray = pytest.importorskip("ray")
 
 REPO = Path(__file__).resolve().parents[1]
