@@ -35,7 +35,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from tsopt.app.corpus import EVIDENCE, evidence_files, load_corpus
+from tsopt.app.corpus import EVIDENCE, evidence_files, load_corpus, read_json
 from tsopt.app.heldout import PACKAGED as HELDOUT
 from tsopt.app.heldout import check_spaces, load_heldout
 from tsopt.cli import app
@@ -169,7 +169,7 @@ def test_no_evidence_of_the_library_or_the_memo_measured_them(
         if path.name.endswith((".db", ".tar.xz")):
             named = set(_problems_in_archive(path))
         else:
-            named = set(_problems_in_json(json.loads(path.read_text())))
+            named = set(_problems_in_json(read_json(path)))  # .json or .json.xz
         found[str(path.relative_to(ROOT))] = named
     assert len(found) >= 20
     # The scan does see what the evidence measured: the suite's shapes.
