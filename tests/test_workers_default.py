@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -64,7 +65,8 @@ def test_the_summary_shows_gpu_busy_and_waits_and_the_database_keeps_them(tmp_pa
         os.cpu_count() != 2)
     busy = driver.stats.busy_fractions()
     assert set(busy) == {0} and 0 < busy[0] <= 1
-    assert f"GPU busy: 0 {busy[0]:.0%}"[:13] in out
+    # The fraction is of the time since measuring began, so it falls while the summary prints.
+    assert re.search(r"GPU busy: 0 \d+%", out), out
     assert "waited for a build: median" in out and "| for a GPU: median" in out
     with sqlite3.connect(tmp_path / "tsopt.db") as db:
         built = list(db.execute("SELECT build_node, build_wait_s FROM tsopt_candidate "
