@@ -24,6 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench" / "targets_h200"))
+
+from build_bundles import _build  # noqa: E402  (verify with today's checks, then build)
 
 from tsopt.core.problem import Problem  # noqa: E402
 
@@ -79,26 +82,6 @@ def _targets_genome(short: str) -> dict | None:
         if entry["genome_hash"].startswith(short):
             return dict(entry["genome"])
     return None
-
-
-def _build(item: tuple[str, dict]) -> tuple[str, dict, str | None, str | None]:
-    """Verify and build one genome for one problem (a worker process)."""
-    from tsopt.build.builder import build_candidate
-    from tsopt.core.genome import Genome
-    from tsopt.core.problem import parse_problem_spec
-    from tsopt.core.registry import get_space
-    from tsopt.verify.verifier import judge_for, verify_genome
-
-    spec, genome_dict = item
-    problem = parse_problem_spec(spec)
-    space = get_space(problem.op)
-    space.judge = judge_for(space)
-    genome = Genome.from_dict(genome_dict)
-    verdict = verify_genome(genome, problem, space=space)
-    if not verdict.valid:
-        return spec, genome_dict, None, verdict.summary()
-    built = build_candidate(space, genome, problem, "sm_90a", cache_dir=ROOT / ".tsopt/artifacts")
-    return spec, genome_dict, built.artifact_dir if built.ok else None, built.error
 
 
 def main() -> int:
