@@ -12,6 +12,13 @@ tensors as its user calls it. Per kernel:
 - a correctness check of the kernel's output against torch;
 - :data:`WARMUP_S` of alternating replays, then :data:`ROUNDS` rounds of four replays in ABBA
   order, each replay between two CUDA events; a round's ratio is (B1 + B2) / (A1 + A2);
+- ``--calls N`` calls per graph (default :data:`CALLS`); ``--queued``: a round's four replays
+  are queued back to back and synchronised once (the GPU never idles between them, as in a
+  serving loop replaying one graph after another), instead of each replay waiting for the
+  last to finish (the 2026-12-03 protocol: the GPU idles for the host's round trip before
+  every replay); ``--batch N`` (with ``--queued``): each side's replays come N at a time, a round
+  being A x N, B x N, B x N, A x N, and its ratio median(B) / median(A) (the runner's rounds are
+  ten replays of a side, then ten of the other);
 - the median ratio, its 95 % interval (order statistics) and the rounds' p10-p90 spread.
 
     python3 bench/launch_modes/graph_check.py --bundles carry/launch_modes --out script.pass1.json
@@ -82,15 +89,24 @@ def capture(calls) -> torch.cuda.CUDAGraph:  # type: ignore[no-untyped-def]
 
 
 def replay_us(graph: torch.cuda.CUDAGraph) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3
+    return replays_us([graph])[0]
 
 
-def time_kernel(loader, artifact: Path) -> dict:  # type: ignore[no-untyped-def]
+def replays_us(graphs: list[torch.cuda.CUDAGraph]) -> list[float]:
+    """Each graph replayed in turn, each between two events, then one synchronisation."""
+    events = []
+    for graph in graphs:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        events.append((start, end))
+    events[-1][1].synchronize()
+    return [s.elapsed_time(e) * 1e3 for s, e in events]
+
+
+def time_kernel(loader, artifact: Path, calls: int = CALLS,  # type: ignore[no-untyped-def]
+                queued: bool = False, batch: int = 1) -> dict:
     kernel = loader.load_kernel(artifact)
     kernel.load_module()
     problem = kernel.manifest.problem
@@ -109,7 +125,7 @@ def time_kernel(loader, artifact: Path) -> dict:  # type: ignore[no-untyped-def]
     torch.cuda.synchronize()
     ref = a.float() @ b.float().t()
     rel_err = float((d.float() - ref).norm() / ref.norm())
-    picks = [sets[i % n_sets] for i in range(max(CALLS, n_sets))]
+    picks = [sets[i % n_sets] for i in range(max(calls, n_sets))]
     cand = capture([lambda s=s: kernel(s[0], s[1], out=s[2]) for s in picks])
     base = capture([lambda s=s: torch.matmul(s[0], s[1].t(), out=s[2]) for s in picks])
     end = time.monotonic() + WARMUP_S
@@ -118,7 +134,17 @@ def time_kernel(loader, artifact: Path) -> dict:  # type: ignore[no-untyped-def]
         replay_us(base)
     ratios, cand_us, base_us = [], [], []
     for _ in range(ROUNDS):
-        a1, b1, b2, a2 = replay_us(cand), replay_us(base), replay_us(base), replay_us(cand)
+        if queued and batch > 1:
+            t = replays_us([cand] * batch + [base] * (2 * batch) + [cand] * batch)
+            a_s, b_s = t[:batch] + t[3 * batch:], t[batch:3 * batch]
+            ratios.append(statistics.median(b_s) / statistics.median(a_s))
+            cand_us += [x / len(picks) for x in a_s]
+            base_us += [x / len(picks) for x in b_s]
+            continue
+        if queued:
+            a1, b1, b2, a2 = replays_us([cand, base, base, cand])
+        else:
+            a1, b1, b2, a2 = replay_us(cand), replay_us(base), replay_us(base), replay_us(cand)
         ratios.append((b1 + b2) / (a1 + a2))
         cand_us += [a1 / len(picks), a2 / len(picks)]
         base_us += [b1 / len(picks), b2 / len(picks)]
@@ -126,6 +152,7 @@ def time_kernel(loader, artifact: Path) -> dict:  # type: ignore[no-untyped-def]
     return {
         "genome_hash": kernel.manifest.genome_hash, "problem": problem, "rel_err": rel_err,
         "buffer_sets": n_sets, "calls_per_graph": len(picks), "rounds": ROUNDS,
+        "queued": queued, "batch": batch,
         "ratio": med, "ratio_lo": lo, "ratio_hi": hi,
         "ratio_p10": quantile(ratios, 0.1), "ratio_p90": quantile(ratios, 0.9),
         "median_us": statistics.median(cand_us), "baseline_median_us": statistics.median(base_us),
@@ -136,6 +163,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bundles", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--calls", type=int, default=CALLS, help="calls captured per graph")
+    parser.add_argument("--queued", action="store_true",
+                        help="queue a round's replays back to back (no idle GPU between them)")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="with --queued: replays of one side in a row (the runner: 10)")
     args = parser.parse_args()
     loader = export_loader()
     rows: list[dict] = []
@@ -145,7 +177,8 @@ def main() -> int:
         manifest = json.loads((bundle / "manifest.json").read_text())
         for c in manifest["candidates"]:
             try:
-                row = time_kernel(loader, bundle / c["artifact"])
+                row = time_kernel(loader, bundle / c["artifact"], args.calls, args.queued,
+                                  args.batch)
             except Exception as exc:  # noqa: BLE001 - one kernel's failure is its row
                 row = {"genome_hash": c["genome_hash"], "error": f"{type(exc).__name__}: {exc}"}
             row["bundle"] = bundle.name
