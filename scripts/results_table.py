@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import functools
 import json
 import re
 import statistics
@@ -255,10 +256,11 @@ def describe(genome: dict[str, Any] | None) -> str:
 
 
 def compute(records: Sequence[CorpusRecord], machines: Sequence[Machine],
-            rows: Sequence[dict[str, Any]], heldout: Callable[[Problem], bool]) -> list[Line]:
+            rows: Sequence[dict[str, Any]], heldout: Callable[[Problem], bool],
+            spec_name: str = SPEC.name) -> list[Line]:
     lines: list[Line] = []
     for i, row in enumerate(rows):
-        where = f"{SPEC.name}: row {i + 1} ({row['problem']})"
+        where = f"{spec_name}: row {i + 1} ({row['problem']})"
         problem = parse_problem_spec(row["problem"])
         held = _kernel_records(records, row, problem)
         picks: dict[str, list[str]] = {}
@@ -439,9 +441,11 @@ def differences(have: str, want: str) -> list[str]:
     return out
 
 
-def load_records(corpus: Path) -> list[CorpusRecord]:
+@functools.lru_cache(maxsize=2)
+def load_records(corpus: Path) -> tuple[CorpusRecord, ...]:
+    """The corpus's measurements (read once per process: the records are frozen)."""
     read_manifest(corpus)
-    return read_records(corpus / MEASUREMENTS_FILE)
+    return tuple(read_records(corpus / MEASUREMENTS_FILE))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -458,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = load_records(args.corpus)
         machines, rows = load_spec(args.spec)
         held = load_heldout()
-        table = render(compute(records, machines, rows, held.holds))
+        table = render(compute(records, machines, rows, held.holds, args.spec.name))
         if args.print:
             print(table)
             return 0
