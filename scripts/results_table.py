@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import functools
+import itertools
 import json
 import re
 import statistics
@@ -426,16 +427,16 @@ def expected(text: str, table: str, records: Sequence[CorpusRecord]) -> str:
 def differences(have: str, want: str) -> list[str]:
     """What differs, one line each: the table's first differing line, each wrong figure."""
     out = []
-    table = lambda t: t.split(BEGIN)[1].split(END)[0].strip().splitlines()  # noqa: E731
-    for a, b in zip(table(have) + [""] * 999, table(want)):
+
+    def table(text: str) -> list[str]:
+        return text.split(BEGIN)[1].split(END)[0].strip().splitlines()
+
+    for a, b in itertools.zip_longest(table(have), table(want), fillvalue=""):
         if a != b:
             out.append(f"results table: README has {a!r}, the corpus makes {b!r}")
             break
-    else:
-        if len(table(have)) != len(table(want)):
-            out.append("results table: README has more lines than the corpus makes")
-    figures_have, figures_want = FIGURE.findall(have), FIGURE.findall(want)
-    for (name, a), (_, b) in zip(figures_have, figures_want):
+    # ``want`` is ``have`` with every marker's figure remade: the markers pair one to one.
+    for (name, a), (_, b) in zip(FIGURE.findall(have), FIGURE.findall(want), strict=True):
         if a != b:
             out.append(f"figure {name}: README has {a!r}, the data makes {b!r}")
     return out
