@@ -7,9 +7,10 @@ within seconds, while the ratio of two kernels timed back to back moves far less
 1. **Steady state.** Candidate and baseline alternate, untimed, until the SM clock settles
    (three NVML readings in a row within ±2 % of their mean, after at least ``warmup_min_s``)
    or ``warmup_max_s`` passes; without NVML, for ``warmup_min_s``.
-2. **Rounds.** Each round times a batch of candidate samples and a batch of baseline
-   samples, in ABBA order so that a drift within a round cancels. A round's ratio is
-   baseline median / candidate median. A sample is per launch, timed in the launch mode
+2. **Rounds.** Each round times a batch of candidate samples, then a batch of baseline
+   samples; the order flips every round (AB, then BA), so that a drift which favours the
+   side timed first cancels over the rounds. A round's ratio is baseline median / candidate
+   median. A sample is per launch, timed in the launch mode
    (tsopt.core.records.LAUNCH_MODES), the same for both sides:
 
    - ``graph``: each side's launches over the rotated buffer sets, back to back, captured in
