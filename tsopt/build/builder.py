@@ -377,10 +377,6 @@ class _StepSeconds:
     export: float = 0.0
     link: float = 0.0
 
-    def fields(self) -> dict[str, float]:
-        return {"compile_seconds": self.compile, "export_seconds": self.export,
-                "link_seconds": self.link}
-
 
 def build_candidate(
     space: SearchSpace,
@@ -441,27 +437,40 @@ def build_candidate(
             status="ok",
             artifact_dir=str(directory.resolve()),
             library=str((directory / LIBRARY_NAME).resolve()),
-            **seconds.fields(),
+            compile_seconds=seconds.compile,
+            export_seconds=seconds.export,
+            link_seconds=seconds.link,
             registers=resources.get("registers"),
             smem_bytes=spec.launch.get("smem_bytes"),
             spill_bytes=resources.get("frame_bytes"),
         )
-        (staging / "build.json").write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True))
-        if directory.exists():
-            shutil.rmtree(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staging, directory)
+        _install(staging, directory, result)
         return result
     except (ToolchainError, ArchMismatchError) as exc:
         kind = "arch" if isinstance(exc, ArchMismatchError) else "toolchain"
-        return BuildResult(**base, status="error", error=f"{kind}: {exc}", **seconds.fields())
+        return _failed_build(base, f"{kind}: {exc}", seconds)
     except Exception as exc:  # noqa: BLE001 - a DSL compile failure becomes a recorded status
         # The DSL colours its diagnostics for a terminal; a record keeps the text.
         text = _ANSI.sub("", str(exc)).strip()
         message = f"{type(exc).__name__}: {text[:2000]}"
-        return BuildResult(**base, status="error", error=message, **seconds.fields())
+        return _failed_build(base, message, seconds)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _failed_build(base: dict[str, Any], error: str, seconds: _StepSeconds) -> BuildResult:
+    return BuildResult(**base, status="error", error=error, compile_seconds=seconds.compile,
+                       export_seconds=seconds.export, link_seconds=seconds.link)
+
+
+def _install(staging: Path, directory: Path, result: BuildResult) -> None:
+    """The built artifact, its record written, moved from ``staging`` to its cache directory
+    (an older build there replaced)."""
+    (staging / "build.json").write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staging, directory)
 
 
 def _compile_export_link(staging: Path, spec: KernelSpec, genome: Genome, arch: str,
