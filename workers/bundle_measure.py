@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -400,16 +401,7 @@ def measure_bundle(
     if gpu is not None and gpus not in (None, 1):
         raise UserInputError(f"--gpu {gpu} names one GPU; --gpus {gpus} asks for several")
     bundle = Path(bundle)
-    manifest = read_manifest(bundle)  # every artifact file against its sha256
-    try:
-        check_fits(manifest.problem, manifest.arch)
-    except ProblemError as exc:
-        raise UserInputError(f"{bundle / 'manifest.json'}: {exc}") from None
-    if launch is not None and launch != manifest.launch:
-        raise UserInputError(
-            f"--launch {launch}: bundle {bundle} is of study {manifest.study!r}, which measures "
-            f"in launch mode {manifest.launch!r}; measure it with --launch {manifest.launch} "
-            "(or tune a study with the other mode)")
+    manifest = _measurable_manifest(bundle, launch)
     results = read_results(bundle, manifest)
     selected = manifest.candidates[:limit] if limit else manifest.candidates
     done = results.measured_hashes() if results else set()
@@ -424,12 +416,41 @@ def measure_bundle(
         "baseline": baseline if isolation == "worker" else "paired", "launch": manifest.launch}
     if len(devices) > 1:
         settings["gpus"] = len(devices)
+
+    def open_one(device: int | None) -> Measurer:
+        return open_measurer(isolation, runs, warmup, checks, device,
+                             max_candidates=max_candidates, baseline=baseline,
+                             rebaseline_every=rebaseline_every, log=view.note,
+                             launch=manifest.launch)
+
+    return _measure_pending(bundle, manifest, results, pending, view, settings, devices,
+                            open_one)
+
+
+def _measurable_manifest(bundle: Path, launch: str | None) -> BundleManifest:
+    """The bundle's manifest, every artifact file checked against its sha256; UserInputError
+    when its problem cannot fit the arch's GPUs or ``launch`` is not the study's mode."""
+    manifest = read_manifest(bundle)  # every artifact file against its sha256
+    try:
+        check_fits(manifest.problem, manifest.arch)
+    except ProblemError as exc:
+        raise UserInputError(f"{bundle / 'manifest.json'}: {exc}") from None
+    if launch is not None and launch != manifest.launch:
+        raise UserInputError(
+            f"--launch {launch}: bundle {bundle} is of study {manifest.study!r}, which measures "
+            f"in launch mode {manifest.launch!r}; measure it with --launch {manifest.launch} "
+            "(or tune a study with the other mode)")
+    return manifest
+
+
+def _measure_pending(bundle: Path, manifest: BundleManifest, results: BundleResults | None,
+                     pending: list[BundleCandidate], view: BundleView, settings: dict[str, Any],
+                     devices: tuple[int | None, ...],
+                     open_one: Callable[[int | None], Measurer]) -> int:
+    """``pending`` measured on ``devices`` (a measurer each, from ``open_one``), every result
+    saved into results.json as it comes; the exit code of :func:`measure_bundle`."""
     with ExitStack() as stack:
-        measurers = [stack.enter_context(open_measurer(
-            isolation, runs, warmup, checks, device, max_candidates=max_candidates,
-            baseline=baseline, rebaseline_every=rebaseline_every, log=view.note,
-            launch=manifest.launch))
-            for device in devices]
+        measurers = [stack.enter_context(open_one(device)) for device in devices]
         shared = _Shared(bundle, manifest, results, pending, view, settings, measurers)
         wall_start = time.monotonic()
         try:

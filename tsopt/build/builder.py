@@ -175,6 +175,17 @@ def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...],
     ``tsopt_load`` (before any CUDA graph is captured) and passed by ``tsopt_launch`` for
     the current device, so callers pass only ``tensors``.
     """
+    wrapper, struct_types = _wrapper_signature(header, prefix, tensors, workspace_bytes)
+    lines = [*_shim_load(prefix, workspace_bytes),
+             *_shim_launch(wrapper, struct_types, len(tensors), workspace_bytes)]
+    return "\n".join(lines)
+
+
+def _wrapper_signature(header: Path, prefix: str, tensors: tuple[TensorDesc, ...],
+                       workspace_bytes: int) -> tuple[str, list[str]]:
+    """The exported wrapper's name and its tensor struct types (the workspace's last), read
+    from the header; ToolchainError unless it takes the spec's tensors, the workspace if any,
+    and a stream."""
     text = header.read_text()
     match = next((m for m in _WRAPPER.finditer(text) if m.group(2) == prefix), None)
     if match is None:
@@ -187,6 +198,12 @@ def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...],
             f"{header}: wrapper takes ({match.group(3)}), expected {len(tensors)} tensors"
             + (" and a workspace" if workspace_bytes else "") + " and a stream"
         )
+    return match.group(1), struct_types
+
+
+def _shim_load(prefix: str, workspace_bytes: int) -> list[str]:
+    """The shim's module state and ``tsopt_load``: the exported module loaded once, and a
+    kernel's workspace allocated and zeroed on every device."""
     workspace_load = [
         f"    if (devices > {MAX_DEVICES}) return (int)cudaErrorInvalidDevice;",
         "    int current = 0;",
@@ -200,7 +217,7 @@ def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...],
         "    }",
         "    cudaSetDevice(current);",
     ] if workspace_bytes else []
-    lines = [
+    return [
         '#include "kernel.h"',
         f"static {prefix}_Kernel_Module_t tsopt_module;",
         "static int tsopt_loaded = 0;",
@@ -223,11 +240,19 @@ def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...],
         "  return 0;",
         "}",
         "",
+    ]
+
+
+def _shim_launch(wrapper: str, struct_types: list[str], n_tensors: int,
+                 workspace_bytes: int) -> list[str]:
+    """The shim's ``tsopt_launch``: the tensors' data pointers wrapped in the exported
+    structs, the current device's workspace after them, then the wrapper called."""
+    lines = [
         "int tsopt_launch(void **data, int n, void *stream) {",
-        f"  if (n != {len(tensors)} || !tsopt_loaded) return -1;",
+        f"  if (n != {n_tensors} || !tsopt_loaded) return -1;",
     ]
     args = []
-    for i, struct_type in enumerate(struct_types[: len(tensors)]):
+    for i, struct_type in enumerate(struct_types[:n_tensors]):
         lines.append(f"  {struct_type} t{i} = {{data[{i}]}};")
         args.append(f"&t{i}")
     if workspace_bytes:
@@ -240,13 +265,13 @@ def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...],
         ]
         args.append("&workspace")
     lines += [
-        f"  int rc = {match.group(1)}(&tsopt_module, {', '.join(args)}, (cudaStream_t)stream);",
+        f"  int rc = {wrapper}(&tsopt_module, {', '.join(args)}, (cudaStream_t)stream);",
         "  if (rc != 0) return rc;",
         "  return (int)cudaGetLastError();",
         "}",
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def link(directory: Path, toolchain: Toolchain) -> float:
@@ -344,6 +369,15 @@ def compile_spec(spec: KernelSpec, arch: str, dump_dir: Path) -> Any:
         )
 
 
+@dataclass
+class _StepSeconds:
+    """How long each step of a build took so far (a failed build records the steps it ran)."""
+
+    compile: float = 0.0
+    export: float = 0.0
+    link: float = 0.0
+
+
 def build_candidate(
     space: SearchSpace,
     genome: Genome,
@@ -380,32 +414,12 @@ def build_candidate(
             dir=Path(cache_dir).parent if Path(cache_dir).parent.exists() else None,
         )
     )
-    compile_s = export_s = link_s = 0.0
+    seconds = _StepSeconds()
     try:
         ensure_arch(arch)
         toolchain = find_toolchain()
         spec = space.kernel_spec(genome, problem, arch, profile)
-        start = time.perf_counter()
-        (staging / "dump").mkdir()
-        compiled = compile_spec(spec, arch, staging / "dump")
-        compile_s = time.perf_counter() - start
-
-        start = time.perf_counter()
-        prefix = f"tsopt_{genome.hash[:16]}"
-        compiled.export_to_c(str(staging), "kernel", prefix)
-        export_s = time.perf_counter() - start
-
-        tensors = tuple(TensorDesc(t.name, t.role, t.shape, t.dtype) for t in spec.tensors)
-        (staging / "shim.c").write_text(
-            write_shim(staging / "kernel.h", prefix, tensors, spec.workspace_bytes))
-        link_s = link(staging, toolchain)
-
-        resources: dict[str, int] = {}
-        cubins = sorted((staging / "dump").glob("*.cubin"))
-        if cubins:
-            resources = cubin_resources(cubins[-1].read_bytes())
-            shutil.copy(cubins[-1], staging / "kernel.cubin")
-        shutil.rmtree(staging / "dump", ignore_errors=True)
+        tensors, resources = _compile_export_link(staging, spec, genome, arch, toolchain, seconds)
         (staging / "genome.json").write_text(genome.to_json())
         ArtifactManifest(
             genome_hash=genome.hash,
@@ -423,43 +437,70 @@ def build_candidate(
             status="ok",
             artifact_dir=str(directory.resolve()),
             library=str((directory / LIBRARY_NAME).resolve()),
-            compile_seconds=compile_s,
-            export_seconds=export_s,
-            link_seconds=link_s,
+            compile_seconds=seconds.compile,
+            export_seconds=seconds.export,
+            link_seconds=seconds.link,
             registers=resources.get("registers"),
             smem_bytes=spec.launch.get("smem_bytes"),
             spill_bytes=resources.get("frame_bytes"),
         )
-        (staging / "build.json").write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True))
-        if directory.exists():
-            shutil.rmtree(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staging, directory)
+        _install(staging, directory, result)
         return result
     except (ToolchainError, ArchMismatchError) as exc:
         kind = "arch" if isinstance(exc, ArchMismatchError) else "toolchain"
-        return BuildResult(
-            **base,
-            status="error",
-            error=f"{kind}: {exc}",
-            compile_seconds=compile_s,
-            export_seconds=export_s,
-            link_seconds=link_s,
-        )
+        return _failed_build(base, f"{kind}: {exc}", seconds)
     except Exception as exc:  # noqa: BLE001 - a DSL compile failure becomes a recorded status
         # The DSL colours its diagnostics for a terminal; a record keeps the text.
         text = _ANSI.sub("", str(exc)).strip()
         message = f"{type(exc).__name__}: {text[:2000]}"
-        return BuildResult(
-            **base,
-            status="error",
-            error=message,
-            compile_seconds=compile_s,
-            export_seconds=export_s,
-            link_seconds=link_s,
-        )
+        return _failed_build(base, message, seconds)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _failed_build(base: dict[str, Any], error: str, seconds: _StepSeconds) -> BuildResult:
+    return BuildResult(**base, status="error", error=error, compile_seconds=seconds.compile,
+                       export_seconds=seconds.export, link_seconds=seconds.link)
+
+
+def _install(staging: Path, directory: Path, result: BuildResult) -> None:
+    """The built artifact, its record written, moved from ``staging`` to its cache directory
+    (an older build there replaced)."""
+    (staging / "build.json").write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staging, directory)
+
+
+def _compile_export_link(staging: Path, spec: KernelSpec, genome: Genome, arch: str,
+                         toolchain: Toolchain, seconds: _StepSeconds,
+                         ) -> tuple[tuple[TensorDesc, ...], dict[str, int]]:
+    """``libkernel.so`` built in ``staging`` (the object, header, shim and cubin beside it),
+    each step's time kept in ``seconds`` as it ends; the kernel's tensors and the cubin's
+    registers and local-memory frame."""
+    start = time.perf_counter()
+    (staging / "dump").mkdir()
+    compiled = compile_spec(spec, arch, staging / "dump")
+    seconds.compile = time.perf_counter() - start
+
+    start = time.perf_counter()
+    prefix = f"tsopt_{genome.hash[:16]}"
+    compiled.export_to_c(str(staging), "kernel", prefix)
+    seconds.export = time.perf_counter() - start
+
+    tensors = tuple(TensorDesc(t.name, t.role, t.shape, t.dtype) for t in spec.tensors)
+    (staging / "shim.c").write_text(
+        write_shim(staging / "kernel.h", prefix, tensors, spec.workspace_bytes))
+    seconds.link = link(staging, toolchain)
+
+    resources: dict[str, int] = {}
+    cubins = sorted((staging / "dump").glob("*.cubin"))
+    if cubins:
+        resources = cubin_resources(cubins[-1].read_bytes())
+        shutil.copy(cubins[-1], staging / "kernel.cubin")
+    shutil.rmtree(staging / "dump", ignore_errors=True)
+    return tensors, resources
 
 
 # --------------------------------------------------------------------------------------

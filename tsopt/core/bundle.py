@@ -579,57 +579,17 @@ def results_from_dict(
     if not isinstance(timings, list):
         raise BundleError(f"{where}: field 'baseline_timings' has the wrong type ({timings!r})")
     baseline_timings = _baselines(timings, "baseline_timings", where)
-    measurements = []
-    for i, m in enumerate(_require(doc, "measurements", list, where)):
-        try:
-            measurements.append(Measurement.from_dict(m))
-        except (TypeError, ValueError) as exc:
-            raise BundleError(f"{where}: measurements[{i}]: {exc}") from None
     devices = {text["device"]} | {b.device for b in baselines} | {
         b.device for b in baseline_timings}
     devices.discard("")
-    seen: set[str] = set()
-    for i, m in enumerate(measurements):
-        problem = measurement_problem(m, devices)
-        if problem is not None:
-            raise BundleError(f"{where}: measurements[{i}] ({m.genome_hash[:12]}...): {problem}")
-        if m.genome_hash in seen:
-            raise BundleError(f"{where}: measurements[{i}]: genome {m.genome_hash[:12]}... is "
-                              "measured twice in one run")
-        seen.add(m.genome_hash)
+    measurements = _measurements(doc, devices, where)
     measured_files = doc.get("measured_files", {})
     if not isinstance(measured_files, dict):
         raise BundleError(f"{where}: field 'measured_files' has the wrong type")
     files = {h: dict(_parse_files(f, f"{where}: measured_files[{h[:12]}...]"))
              if isinstance(f, dict) else None for h, f in measured_files.items()}
     if manifest is not None:
-        for i, m in enumerate(measurements):
-            if manifest.candidate(m.genome_hash) is None:
-                raise BundleError(
-                    f"{where}: measurements[{i}] is of genome {m.genome_hash[:12]}..., which the "
-                    "manifest does not list: mismatched results"
-                )
-            if m.problem_key != manifest.problem.key:
-                raise BundleError(
-                    f"{where}: measurements[{i}] is for problem {m.problem_key!r}, the manifest "
-                    f"for {manifest.problem.key!r}: mismatched results"
-                )
-            if m.launch != manifest.launch:
-                raise BundleError(
-                    f"{where}: measurements[{i}] ({m.genome_hash[:12]}...) was timed in launch "
-                    f"mode {m.launch!r}; the bundle's study measures in {manifest.launch!r}")
-            listed = dict(manifest.candidate(m.genome_hash).files)  # type: ignore[union-attr]
-            measured = files.get(m.genome_hash)
-            if measured is None:
-                raise BundleError(f"{where}: measurements[{i}] ({m.genome_hash[:12]}...) has no "
-                                  "checksums of the files it measured (measured_files)")
-            changed = sorted(n for n in set(listed) | set(measured)
-                             if listed.get(n) != measured.get(n))
-            if changed:
-                raise BundleError(
-                    f"{where}: measurements[{i}] ({m.genome_hash[:12]}...) was taken on "
-                    f"{', '.join(changed)} with other checksums than the manifest lists: "
-                    "the artifact changed after it was measured")
+        _check_measured_as_listed(manifest, measurements, files, where)
     _check_checksum(doc, where)
     if manifest is not None:
         # After the checksum: a hand edit is named as one; what is left is a document written
@@ -640,6 +600,60 @@ def results_from_dict(
         baselines=baselines, measurements=measurements, baseline_timings=baseline_timings,
         measured_files={h: f for h, f in files.items() if f is not None}, **text,
     )
+
+
+def _measurements(doc: Any, devices: set[str], where: str) -> list[Measurement]:
+    """A results document's measurements, each one possible on ``devices`` (the GPUs the
+    document names) and each genome measured once."""
+    measurements = []
+    for i, m in enumerate(_require(doc, "measurements", list, where)):
+        try:
+            measurements.append(Measurement.from_dict(m))
+        except (TypeError, ValueError) as exc:
+            raise BundleError(f"{where}: measurements[{i}]: {exc}") from None
+    seen: set[str] = set()
+    for i, m in enumerate(measurements):
+        problem = measurement_problem(m, devices)
+        if problem is not None:
+            raise BundleError(f"{where}: measurements[{i}] ({m.genome_hash[:12]}...): {problem}")
+        if m.genome_hash in seen:
+            raise BundleError(f"{where}: measurements[{i}]: genome {m.genome_hash[:12]}... is "
+                              "measured twice in one run")
+        seen.add(m.genome_hash)
+    return measurements
+
+
+def _check_measured_as_listed(manifest: BundleManifest, measurements: list[Measurement],
+                              files: dict[str, dict[str, str] | None], where: str) -> None:
+    """BundleError unless every measurement is of a candidate the manifest lists, for its
+    problem, in its launch mode, taken on the files (sha256) the manifest lists."""
+    for i, m in enumerate(measurements):
+        if manifest.candidate(m.genome_hash) is None:
+            raise BundleError(
+                f"{where}: measurements[{i}] is of genome {m.genome_hash[:12]}..., which the "
+                "manifest does not list: mismatched results"
+            )
+        if m.problem_key != manifest.problem.key:
+            raise BundleError(
+                f"{where}: measurements[{i}] is for problem {m.problem_key!r}, the manifest "
+                f"for {manifest.problem.key!r}: mismatched results"
+            )
+        if m.launch != manifest.launch:
+            raise BundleError(
+                f"{where}: measurements[{i}] ({m.genome_hash[:12]}...) was timed in launch "
+                f"mode {m.launch!r}; the bundle's study measures in {manifest.launch!r}")
+        listed = dict(manifest.candidate(m.genome_hash).files)  # type: ignore[union-attr]
+        measured = files.get(m.genome_hash)
+        if measured is None:
+            raise BundleError(f"{where}: measurements[{i}] ({m.genome_hash[:12]}...) has no "
+                              "checksums of the files it measured (measured_files)")
+        changed = sorted(n for n in set(listed) | set(measured)
+                         if listed.get(n) != measured.get(n))
+        if changed:
+            raise BundleError(
+                f"{where}: measurements[{i}] ({m.genome_hash[:12]}...) was taken on "
+                f"{', '.join(changed)} with other checksums than the manifest lists: "
+                "the artifact changed after it was measured")
 
 
 @dataclass(frozen=True)
