@@ -95,7 +95,7 @@ def _install() -> None:
             return tracker(completion)
 
         exhaustive_checker._tsopt_tracker = tracker  # type: ignore[attr-defined]
-        exhaustive_checker._HeldStateTracker = capturing_tracker  # type: ignore[misc]
+        exhaustive_checker._HeldStateTracker = capturing_tracker  # type: ignore[misc,assignment]
         _PATCHED.append(True)
 
 

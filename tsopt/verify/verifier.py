@@ -570,9 +570,9 @@ def _install_bfs_memo() -> None:
             predicting = _BFS_PREDICT.get()
             log = _BFS_RUN.get()
             model = ts_model.model_digest(self, original) if context is not None else None
-            if model is None:  # no memo, or a model it cannot key: searched, not memoised
+            if context is None or model is None:  # no memo, or a model it cannot key
                 if not predicting:
-                    original(self)
+                    original(self)  # searched, not memoised
                 elif log is not None and context is not None:
                     log.unsearched += 1
                 return
