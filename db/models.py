@@ -135,8 +135,10 @@ class JudgedRow(Base):
 class TsSearchRow(Base):
     """One run of TS's exhaustive interleaving search (``tsopt.core.records.TsSearch``): the
     memo of the checker that costs seconds on deep pipelines, shared by every worker and study
-    of the database. Keyed by the schedule searched (a digest of the space's
-    ``ts_schedule_key`` and domain), the skeleton's SMEM aliasing and the verifier's version;
+    of the database. Keyed by the model searched (``tsopt.verify.ts_model``: a digest of the
+    checker's input; ``aliasing`` is ``model``) and the DSL checker's version (rows of before
+    2026-12-04 carry the old key: a space's ``ts_schedule_key`` with the domain, the SMEM
+    aliasing and the verifier's version; kept, never matched);
     a row holds TS's error (NULL: nothing found), the bound that cut the search short (NULL:
     complete, and ``complete`` says so), the domain, the states explored and the bound it ran
     under. A search that says more (complete, or cut later) replaces the row of its key

@@ -44,7 +44,7 @@ from tsopt.core.registry import get_space
 from tsopt.db.store import Store
 from tsopt.search.library import PACKAGED, entries_from_records, entries_from_store, load_library
 from tsopt.search.ts_memo import SHIPPED as SHIPPED_MEMO
-from tsopt.verify.verifier import verifier_version
+from tsopt.verify.verifier import search_version
 
 ROOT = Path(__file__).resolve().parents[1]
 SYNTHETIC = "SYNTHETIC (no GPU: made-up timings, not a measurement)"
@@ -232,7 +232,7 @@ def test_the_shipped_library_and_memo_are_made_from_the_corpus(tmp_path: Path) -
         "tsopt/data/seed_library.json is stale: run `tsopt corpus products`")
     assert memo.read_bytes() == SHIPPED_MEMO.read_bytes(), (
         "tsopt/data/ts_searches.json is stale: run `tsopt corpus products`")
-    assert all(s.tool_version == verifier_version(get_space(s.space))
+    assert all(s.tool_version == search_version()
                for s in current_searches(load_corpus(ROOT / "corpus")[1], SHIPPED_SOURCES))
 
 

@@ -281,9 +281,9 @@ def test_exhaustive_searches_are_shared_through_the_database(gemm: Any, monkeypa
     from tsopt.search.pipeline import EvaluateRequest, Evaluation, evaluate, space_target
     from tsopt.verify.verifier import (
         TS_MAX_STATES_ENV,
-        schedule_digest,
         search_bound,
-        verifier_version,
+        search_keys,
+        search_version,
     )
 
     monkeypatch.setenv(TS_MAX_STATES_ENV, "2000")  # two warpgroups: cut at 2,000 states, fast
@@ -306,10 +306,10 @@ def test_exhaustive_searches_are_shared_through_the_database(gemm: Any, monkeypa
         for search in first.searches:
             driver.keep_search(search)
         assert store.search_count() == 1
-        schedule = schedule_digest(gemm, variant, other)
+        ((_, schedule),) = search_keys(gemm, variant, other)
         assert schedule == first.searches[0].schedule  # numeric genes and problem: not in it
         known = tuple(x.to_dict() for x in store.find_searches(
-            "gemm", schedule, verifier_version(gemm)))
+            "gemm", schedule, search_version()))
         assert len(known) == 1
     monkeypatch.setattr(pipeline, "_VERDICTS", {})  # another worker, another study
     second = evaluate(request(variant, other, known))

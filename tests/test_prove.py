@@ -36,7 +36,7 @@ from tsopt.verify.verifier import (  # noqa: E402
     judged_key,
     proof_of,
     search_bound,
-    verifier_version,
+    search_version,
     verify_genome,
 )
 
@@ -124,7 +124,7 @@ def test_searches_record_supersession_and_json() -> None:
 
 
 def test_ship_keeps_complete_searches_of_the_current_version(gemm: Any, tmp_path: Path) -> None:
-    version = verifier_version(gemm)
+    version = search_version()
     complete = TsSearch("gemm", "s1", "a", version, states=10, max_states=100)
     cut = TsSearch("gemm", "s2", "a", version, bounded=100, states=100)
     stale = TsSearch("gemm", "s3", "a", "0" * 16, states=10)

@@ -179,7 +179,7 @@ def verify(
             ReadOnlySearches,
             VerdictCache,
             check_genome_schema,
-            verifier_version,
+            search_version,
             verify_genome,
         )
 
@@ -216,7 +216,7 @@ def verify(
             store = Store(db)
         try:
             cache = VerdictCache(searches=ReadOnlySearches(store) if store is not None else None)
-            version = verifier_version(space)
+            version = search_version()
             for search in shipped_searches():
                 if search.space == genome.space and search.tool_version == version:
                     cache.keep_search(search)

@@ -2,10 +2,11 @@
 and at how many stages: read from the shipped TS search memo, without searching (TS's cheap
 checks on each skeleton, the search looked up).
 
-The memo's searches carry the verifier version they were run under; when the tree's version
-has moved on since (any edit of the verifier or a space's code), ``--any-version`` reads them
-as if they were of the current one: an estimate of which are cut (the searches' digests do not
-depend on the version), never a verdict.
+A search is keyed by the model TS explores and carries the DSL checker it ran under
+(``tsopt.verify.verifier.search_version``); ``--any-version`` reads those of another checker
+(another DSL) as if they were of this one: an estimate of which are cut (a model's digest does
+not depend on the checker), never a verdict. Searches keyed the old way (by a space's schedule
+key and the verifier's version, before 2026-12-04) match no model and are never read.
 
     CUTE_DSL_ARCH=sm_90a .venv/bin/python bench/proofs/library_cut.py --any-version \\
         --out bench/proofs/library_cut.json
@@ -32,7 +33,7 @@ def main() -> int:
     args = parser.parse_args()
     from tsopt.core.registry import get_space
     from tsopt.search.ts_memo import shipped_searches
-    from tsopt.verify.verifier import VerdictCache, judge_for, proof_of, verifier_version
+    from tsopt.verify.verifier import VerdictCache, judge_for, proof_of, search_version
 
     doc = json.loads((ROOT / "tsopt/data/seed_library.json").read_text())
     from tsopt.core.genome import Genome
@@ -46,7 +47,7 @@ def main() -> int:
         if name not in spaces:
             spaces[name] = get_space(name)
             spaces[name].judge = judge_for(spaces[name])
-            version = verifier_version(spaces[name])
+            version = search_version()
             for s in shipped_searches():
                 if s.space == name and (args.any_version or s.tool_version == version):
                     cache.keep_search(replace(s, tool_version=version))

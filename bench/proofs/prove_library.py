@@ -35,11 +35,11 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 
 def _jobs(only: list[str]) -> list[dict[str, Any]]:
-    """The library's genomes, one job per (space, schedule digests at every domain searched)."""
+    """The library's genomes, one job per (space, the models of every search it runs)."""
     from tsopt.core.genome import Genome
     from tsopt.core.problem import Problem
     from tsopt.core.registry import get_space
-    from tsopt.verify.verifier import judge_for, schedule_digest
+    from tsopt.verify.verifier import judge_for, search_keys
 
     doc = json.loads((ROOT / "tsopt/data/seed_library.json").read_text())
     spaces: dict[str, Any] = {}
@@ -55,9 +55,9 @@ def _jobs(only: list[str]) -> list[dict[str, Any]]:
         space = spaces[name]
         n = space.verify_domain(genome)
         domains = [n] + sorted(set(space.extra_verify_domains(genome, problem)) - {n})
-        digests = tuple(schedule_digest(space, genome, problem, d) for d in domains)
-        if all(d is None for d in digests):
-            continue  # the space memoises no exhaustive search (gridstride)
+        digests = tuple(model for _, model in search_keys(space, genome, problem))
+        if not digests:
+            continue  # TS rejects it before searching, or its model cannot be keyed
         genes = genome.genes
         job = jobs.setdefault((name, digests), {
             "space": name, "genome": genome.to_dict(), "problem": problem.to_dict(),

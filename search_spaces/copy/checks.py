@@ -28,7 +28,15 @@ LAYOUT_RULES = ("tsopt.warp_overlap", "tsopt.launch_shape")
 
 
 def copy_checks(cfg: CopyConfig) -> list[Finding]:
-    """What TS does not check for this template, each a stable rule name."""
+    """What TS does not check for this template, each a stable rule name, in a fixed order
+    (the first is the verdict's rule)."""
+    return [*layout_findings(cfg), *stage_identity_findings(cfg), *capacity_findings(cfg),
+            *tiling_findings(cfg), *tma_box_findings(cfg)]
+
+
+def layout_findings(cfg: CopyConfig) -> list[Finding]:
+    """The warps: no task inside another's, no store task across a warpgroup, a block of at
+    most 1024 threads."""
     findings: list[Finding] = []
     store = range(cfg.store_warp, cfg.store_warp + cfg.store_warps)
     if cfg.load_warp in store:
@@ -50,8 +58,13 @@ def copy_checks(cfg: CopyConfig) -> list[Finding]:
         findings.append(
             Finding("tsopt.launch_shape", f"block of {32 * cfg.block_warps} threads > 1024")
         )
-    # Stage identity: a deferred release/commit frees the *oldest* held stage only
-    # when the pipeline keeps a separate lagging state for it.
+    return findings
+
+
+def stage_identity_findings(cfg: CopyConfig) -> list[Finding]:
+    """A deferred release/commit frees the *oldest* held stage only when the pipeline keeps a
+    separate lagging state for it."""
+    findings: list[Finding] = []
     store_tail = [op for op, sec in cfg.store_ops if sec == "tail"]
     if "release" in store_tail and not cfg.advance_on_wait:
         findings.append(
@@ -69,6 +82,12 @@ def copy_checks(cfg: CopyConfig) -> list[Finding]:
                 "commit would signal the wrong stage",
             )
         )
+    return findings
+
+
+def capacity_findings(cfg: CopyConfig) -> list[Finding]:
+    """SMEM for the stages, whole vectors per store thread, the store threads' registers."""
+    findings: list[Finding] = []
     if cfg.smem_bytes > SMEM_CAPACITY:
         findings.append(
             Finding(
@@ -96,6 +115,13 @@ def copy_checks(cfg: CopyConfig) -> list[Finding]:
                 f"> budget {cfg.store_regs}: it would spill",
             )
         )
+    return findings
+
+
+def tiling_findings(cfg: CopyConfig) -> list[Finding]:
+    """Boxes tiling the tensor and a work tile, the persistent grid's consistency, heads no
+    deeper than a work tile."""
+    findings: list[Finding] = []
     if cfg.rows % cfg.box_rows or cfg.cols % cfg.box_cols:
         findings.append(
             Finding(
@@ -127,7 +153,6 @@ def copy_checks(cfg: CopyConfig) -> list[Finding]:
                     f"only {cfg.chunk}",
                 )
             )
-    findings += tma_box_findings(cfg)
     return findings
 
 

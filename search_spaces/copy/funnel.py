@@ -126,75 +126,51 @@ def screen_key(space: Any) -> ScreenKey:
 # -- the funnel ----------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class _FunnelSetting:
+    """What every step of the funnel counts over, for one problem."""
+
+    space: Any
+    problem: Problem
+    judge: Judge
+    knobs: dict[str, Any]
+    legal: dict[str, list[Any]]
+    layouts: list[tuple[Any, ...]]
+    progress: Progress | None
+
+    @property
+    def aows(self) -> tuple[Any, ...]:
+        return tuple(config.STRUCTURE_CHOICES["advance_on_wait"])
+
+    @property
+    def ctas(self) -> list[int]:
+        return list(self.knobs["ctas_per_sm"])
+
+    @property
+    def stages_choices(self) -> list[int]:
+        return list(self.knobs["stages"])
+
+    def tick(self, what: str, done: int, total: int) -> None:
+        if self.progress:
+            self.progress(what, done, total)
+
+
 def copy_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress | None) -> FunnelCount:
     """The copy space's funnel for ``problem`` (see the module doc), judged by ``judge``."""
     space.check(problem)
     knobs = {k.name: k.choices for k in space.raw_knobs(problem)}
     knobs["raster"] = config.STRUCTURE_CHOICES["raster"]
     legal = {t: space.legal_placements(t) for t in ("load", "store")}
-    n_other = {False: 0, True: 0}  # O combinations per persistence (ctas_per_sm 0 vs > 0)
-    ctas = knobs["ctas_per_sm"]
-    for persistent in (False, True):
-        n_ctas = sum(1 for c in ctas if (c > 0) == persistent)
-        n_other[persistent] = n_ctas * math.prod(len(knobs[g]) for g in OTHER_GENES)
     layouts = list(itertools.product(*(knobs[g] for g in config.LAYOUT_GENES)))
-    n_layouts = len(layouts)
-    stages_choices = knobs["stages"]
-    aows = config.STRUCTURE_CHOICES["advance_on_wait"]
+    setting = _FunnelSetting(space, problem, judge, knobs, legal, layouts, progress)
+    n_other = {False: 0, True: 0}  # O combinations per persistence (ctas_per_sm 0 vs > 0)
+    for persistent in (False, True):
+        n_ctas = sum(1 for c in setting.ctas if (c > 0) == persistent)
+        n_other[persistent] = n_ctas * math.prod(len(knobs[g]) for g in OTHER_GENES)
 
-    def tick(what: str, done: int, total: int) -> None:
-        if progress:
-            progress(what, done, total)
-
-    # 1. Per-task screen: each legal placement next to the canonical partner.
-    alive: dict[tuple[str, bool], list[Any]] = {}
-    total = 2 * len(aows) * (len(legal["load"]) + len(legal["store"]))
-    done = 0
-    for aow in aows:
-        for task in ("load", "store"):
-            keep = []
-            for placement in legal[task]:
-                genome = space.genome(**{task: placement}, advance_on_wait=aow)
-                verdict = judge(genome, problem)
-                done += 1
-                tick("screening placements", done, total)
-                if _ts_ok(verdict) or verdict.rule in JOINT_RULES:
-                    keep.append(placement)
-            alive[(task, aow)] = keep
-
-    # 2. Layout screen: every warp/register layout with the canonical schedule.
-    layout_ok = []
-    for i, values in enumerate(layouts):
-        genes = dict(zip(config.LAYOUT_GENES, values, strict=True))
-        verdict = judge(space.genome(**genes), problem)
-        tick("screening layouts", i + 1, n_layouts)
-        if _ts_ok(verdict):
-            layout_ok.append(genes)
-
-    # 3. Joint schedules, non-persistent, verified exactly; persistence by assumption 3.
-    persistent_ok = {}
-    for aow in aows:
-        for stages in stages_choices:
-            genome = space.genome(
-                advance_on_wait=aow, persistent=True, ctas_per_sm=ctas[-1], stages=stages
-            )
-            persistent_ok[(aow, stages)] = _ts_ok(judge(genome, problem))
-    ts_valid_schedules: list[tuple[Any, Any, bool, bool, int]] = []
-    joint_total = sum(len(alive[("load", a)]) * len(alive[("store", a)]) for a in aows) * len(
-        stages_choices
-    )
-    done = 0
-    for aow in aows:
-        for load in alive[("load", aow)]:
-            for store in alive[("store", aow)]:
-                for stages in stages_choices:
-                    verdict = judge(space.genome(load, store, advance_on_wait=aow, stages=stages), problem)
-                    done += 1
-                    tick("verifying joint schedules", done, joint_total)
-                    if _ts_ok(verdict):
-                        ts_valid_schedules.append((load, store, aow, False, stages))
-                        if persistent_ok[(aow, stages)]:
-                            ts_valid_schedules.append((load, store, aow, True, stages))
+    alive = _placement_screen(setting)
+    layout_ok = _layout_screen(setting)
+    ts_valid_schedules = _joint_schedules(setting, alive)
 
     # Counts. Each schedule S pairs with every layout and every O of its persistence.
     ts_valid = sum(len(layout_ok) * n_other[s[3]] for s in ts_valid_schedules)
@@ -204,8 +180,84 @@ def copy_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress |
         * space.numeric_count(problem)
     )
     legal_n = len(legal["load"]) * len(legal["store"]) * space.numeric_count(problem)
+    checked = _tsopt_checked(setting, ts_valid_schedules, layout_ok)
+    draw, predicted = _assumption_tests(setting, ts_valid_schedules, layout_ok)
+    return FunnelCount(
+        raw,
+        legal_n,
+        ts_valid,
+        checked,
+        method="factorised verification (search_spaces/copy/funnel.py)",
+        draw=draw,
+        predicted=predicted,
+    )
 
-    # 4. tsopt's checks over S-groups x layouts x O (they only see these fields).
+
+def _placement_screen(setting: _FunnelSetting) -> dict[tuple[str, bool], list[Any]]:
+    """1. Per-task screen: each legal placement next to the canonical partner."""
+    alive: dict[tuple[str, bool], list[Any]] = {}
+    legal = setting.legal
+    total = 2 * len(setting.aows) * (len(legal["load"]) + len(legal["store"]))
+    done = 0
+    for aow in setting.aows:
+        for task in ("load", "store"):
+            keep = []
+            for placement in legal[task]:
+                genome = setting.space.genome(**{task: placement}, advance_on_wait=aow)
+                verdict = setting.judge(genome, setting.problem)
+                done += 1
+                setting.tick("screening placements", done, total)
+                if _ts_ok(verdict) or verdict.rule in JOINT_RULES:
+                    keep.append(placement)
+            alive[(task, aow)] = keep
+    return alive
+
+
+def _layout_screen(setting: _FunnelSetting) -> list[dict[str, Any]]:
+    """2. Layout screen: every warp/register layout with the canonical schedule."""
+    layout_ok = []
+    for i, values in enumerate(setting.layouts):
+        genes = dict(zip(config.LAYOUT_GENES, values, strict=True))
+        verdict = setting.judge(setting.space.genome(**genes), setting.problem)
+        setting.tick("screening layouts", i + 1, len(setting.layouts))
+        if _ts_ok(verdict):
+            layout_ok.append(genes)
+    return layout_ok
+
+
+def _joint_schedules(setting: _FunnelSetting, alive: dict[tuple[str, bool], list[Any]]
+                     ) -> list[tuple[Any, Any, bool, bool, int]]:
+    """3. Joint schedules, non-persistent, verified exactly; persistence by assumption 3."""
+    space, problem, judge = setting.space, setting.problem, setting.judge
+    persistent_ok = {}
+    for aow in setting.aows:
+        for stages in setting.stages_choices:
+            genome = space.genome(
+                advance_on_wait=aow, persistent=True, ctas_per_sm=setting.ctas[-1], stages=stages
+            )
+            persistent_ok[(aow, stages)] = _ts_ok(judge(genome, problem))
+    ts_valid_schedules: list[tuple[Any, Any, bool, bool, int]] = []
+    joint_total = sum(len(alive[("load", a)]) * len(alive[("store", a)])
+                      for a in setting.aows) * len(setting.stages_choices)
+    done = 0
+    for aow in setting.aows:
+        for load in alive[("load", aow)]:
+            for store in alive[("store", aow)]:
+                for stages in setting.stages_choices:
+                    verdict = judge(space.genome(load, store, advance_on_wait=aow, stages=stages), problem)
+                    done += 1
+                    setting.tick("verifying joint schedules", done, joint_total)
+                    if _ts_ok(verdict):
+                        ts_valid_schedules.append((load, store, aow, False, stages))
+                        if persistent_ok[(aow, stages)]:
+                            ts_valid_schedules.append((load, store, aow, True, stages))
+    return ts_valid_schedules
+
+
+def _tsopt_checked(setting: _FunnelSetting, ts_valid_schedules: list[tuple[Any, ...]],
+                   layout_ok: list[dict[str, Any]]) -> int:
+    """4. tsopt's checks over S-groups x layouts x O (they only see these fields)."""
+    space, problem, knobs = setting.space, setting.problem, setting.knobs
     groups: Counter[tuple[Any, ...]] = Counter()
     for load, store, aow, persistent, stages in ts_valid_schedules:
         probe = space.genome(load, store, advance_on_wait=aow, stages=stages)
@@ -218,12 +270,12 @@ def copy_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress |
     # other checks are counted once per (stages, persistence, chunk) and reused.
     base = config.config_of(space.genome(), problem)
     passing: Counter[tuple[int, bool, int]] = Counter()
-    for stages, persistent in itertools.product(stages_choices, (False, True)):
-        tick("tsopt checks", 0, 0)
+    for stages, persistent in itertools.product(setting.stages_choices, (False, True)):
+        setting.tick("tsopt checks", 0, 0)
         for genes in layout_ok:
             for values in itertools.product(*(knobs[g] for g in OTHER_GENES)):
                 other = dict(zip(OTHER_GENES, values, strict=True))
-                for c in (c for c in ctas if (c > 0) == persistent):
+                for c in (c for c in setting.ctas if (c > 0) == persistent):
                     cfg = dataclasses.replace(
                         base, **genes, **other, persistent=persistent, stages=stages, ctas_per_sm=c
                     )
@@ -234,8 +286,14 @@ def copy_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress |
         for chunk in knobs["chunk"]:
             if chunk > max(load_depth, store_depth):
                 checked += count * passing[(stages, persistent, chunk)]
+    return checked
 
-    # 5. Test the assumptions on random genomes verified in full.
+
+def _assumption_tests(setting: _FunnelSetting, ts_valid_schedules: list[tuple[Any, ...]],
+                      layout_ok: list[dict[str, Any]]) -> tuple[Any, Any]:
+    """5. Test the assumptions on random genomes verified in full: a draw and the
+    factorisation's prediction of its verdict."""
+    space, problem, legal, aows = setting.space, setting.problem, setting.legal, setting.aows
     valid_keys = {(s[0], s[1], s[2], s[3], s[4]) for s in ts_valid_schedules}
     layout_keys = {tuple(g[k] for k in config.LAYOUT_GENES) for g in layout_ok}
 
@@ -246,18 +304,18 @@ def copy_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress |
             load, store, aow, persistent, stages = rng.choice(ts_valid_schedules)
         else:
             load, store = rng.choice(legal["load"]), rng.choice(legal["store"])
-            persistent, stages = rng.choice((False, True)), rng.choice(stages_choices)
+            persistent, stages = rng.choice((False, True)), rng.choice(setting.stages_choices)
         layout = rng.choice(
             layout_ok
             if rng.random() < 0.7 and layout_ok
-            else [dict(zip(config.LAYOUT_GENES, v, strict=True)) for v in layouts]
+            else [dict(zip(config.LAYOUT_GENES, v, strict=True)) for v in setting.layouts]
         )
         return space.genome(
             load,
             store,
             advance_on_wait=aow,
             persistent=persistent,
-            ctas_per_sm=ctas[-1] if persistent else 0,
+            ctas_per_sm=setting.ctas[-1] if persistent else 0,
             stages=stages,
             **layout,
         )
@@ -270,15 +328,7 @@ def copy_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress |
         layout = tuple(genome[g] for g in config.LAYOUT_GENES)
         return key in valid_keys and layout in layout_keys
 
-    return FunnelCount(
-        raw,
-        legal_n,
-        ts_valid,
-        checked,
-        method="factorised verification (search_spaces/copy/funnel.py)",
-        draw=draw,
-        predicted=predicted,
-    )
+    return draw, predicted
 
 
 # -- proposals drawn inside the legal set ---------------------------------------------------

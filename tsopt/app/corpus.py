@@ -417,15 +417,15 @@ def from_sources(source: str, sources: Sequence[str] = SHIPPED_SOURCES) -> bool:
 
 def current_searches(searches: Sequence[CorpusSearch],
                      sources: Sequence[str] = SHIPPED_SOURCES) -> list[TsSearch]:
-    """The searches of ``sources`` at each space's current verifier version (older ones can
-    never be used)."""
-    from tsopt.core.registry import SPACES, get_space
-    from tsopt.verify.verifier import verifier_version
+    """The searches of ``sources`` keyed as the verifier keys them now (by the model TS
+    explores, under this DSL's checker: ``tsopt.verify.verifier.search_version``); others
+    can never be read."""
+    from tsopt.verify.verifier import search_version
 
-    current = {name: verifier_version(get_space(name)) for name in SPACES}
+    current = search_version()
     return [found.search for found in searches
             if any(from_sources(source, sources) for source in found.sources)
-            and current.get(found.search.space) == found.search.tool_version]
+            and found.search.tool_version == current]
 
 
 def corpus_products(folder: Path = ROOT_FOLDER, library: Path | None = None,

@@ -290,8 +290,9 @@ def _reverify(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo,
     proof: dict[str, Any] = {"searches": searches, "complete": (
         all(p["complete"] for p in searches) if searches else search_bound(verdict) is None)}
     if not searches:
-        proof["note"] = ("the space memoises no exhaustive search: TS's checker ran in full at "
-                         "export, and the verdict's message says whether its bound cut it")
+        proof["note"] = ("no exhaustive search of this schedule could be keyed by its model: "
+                         "TS's checker ran in full at export, and the verdict's message says "
+                         "whether its bound cut it")
     return verdict, proof
 
 

@@ -19,9 +19,11 @@ What it proves (one source a call):
 
 ``--db`` records the searches in that database (the one ``tsopt export`` then reads);
 ``--out FILE`` also writes the searches run as a TS search memo file. ``--ship FILE...``
-merges complete searches of the current verifier version from such files (``bench/proofs``
+merges complete searches keyed for this DSL's checker from such files (``bench/proofs``
 writes one on a machine with many cores) into the shipped proofs, ``tsopt/data/ts_proofs.json``
-(:data:`tsopt.search.ts_memo.PROOFS`), which every new study's database starts with.
+(:data:`tsopt.search.ts_memo.PROOFS`), which every new study's database starts with. A search
+is keyed by the model TS explores (``tsopt.verify.ts_model``), so the proofs stand through
+any edit of a space or of the verifier that leaves a schedule's model alone.
 """
 
 from __future__ import annotations
@@ -242,28 +244,26 @@ def _outcome_line(outcome: ProveOutcome) -> str:
 
 
 def ship(files: Sequence[Path], out: Path | None = None) -> tuple[int, int]:
-    """Merge the complete searches of ``files`` (TS search memo files) that are of their
-    space's current verifier version into the shipped proofs; (searches taken, searches the
-    proofs file holds)."""
-    from tsopt.core.registry import SPACES, get_space
+    """Merge the complete searches of ``files`` (TS search memo files) keyed as the verifier
+    keys them now (by the model TS explores, under this DSL's checker:
+    :func:`~tsopt.verify.verifier.search_version`) into the shipped proofs; (searches taken,
+    searches the proofs file holds). The proofs file keeps only searches of that key."""
     from tsopt.search.ts_memo import PROOFS, load_memo, write_memo
-    from tsopt.verify.verifier import verifier_version
+    from tsopt.verify.verifier import search_version
 
     if not files:
         raise UserInputError("--ship needs at least one searches file")
     target = out or PROOFS
-    current = {name: verifier_version(get_space(name)) for name in SPACES}
-    kept = [s for s in load_memo(target) if current.get(s.space) == s.tool_version]
+    current = search_version()
+    kept = [s for s in load_memo(target) if s.tool_version == current]
     read = [s for path in files for s in _read_searches(path)]
-    taken = [s for s in read
-             if s.complete and s.error is None and current.get(s.space) == s.tool_version]
-    if read and not taken and any(current.get(s.space) != s.tool_version for s in read):
-        found = sorted({f"{s.space} {s.tool_version}" for s in read})
-        now = ", ".join(f"{k} {current.get(k)}" for k in sorted({s.space for s in read}))
+    taken = [s for s in read if s.complete and s.error is None and s.tool_version == current]
+    if read and not taken and any(s.tool_version != current for s in read):
+        found = sorted({s.tool_version for s in read})
         raise UserInputError(
-            f"--ship {', '.join(map(str, files))}: no complete search of the current verifier "
-            f"version ({now}); the files "
-            f"hold {', '.join(found)}: run the searches with this tree (the same commit)")
+            f"--ship {', '.join(map(str, files))}: no complete search keyed for this DSL's "
+            f"checker ({current}); the files hold {', '.join(found)}: run the searches with "
+            "this DSL and this tsopt's model key")
     write_memo(kept + taken, target,
                doc="Complete TS exhaustive searches of the seed library's genomes (tsopt prove "
                    "--ship); see tsopt/search/ts_memo.py")
@@ -285,7 +285,7 @@ def prove_command(source: str, db: str | None, study: str | None, top: int,
     """The ``tsopt prove`` command; its exit code (0: every valid target complete, 1: some
     still cut)."""
     from tsopt.search.ts_memo import shipped_searches
-    from tsopt.verify.verifier import VerdictCache, verifier_version
+    from tsopt.verify.verifier import VerdictCache, search_version
 
     if ship_files:
         taken, held = ship(ship_files)
@@ -317,12 +317,9 @@ def prove_command(source: str, db: str | None, study: str | None, top: int,
             cache = VerdictCache(lookup=store.find_verdict, judged=store, searches=store)
         else:
             cache = VerdictCache()
-        from tsopt.core.registry import get_space
-
-        versions = {name: verifier_version(get_space(name))
-                    for name in {t.genome.space for t in targets}}
+        version = search_version()
         for search in shipped_searches():
-            if versions.get(search.space) == search.tool_version:
+            if search.tool_version == version:
                 cache.keep_search(search)
         console.print(f"proving {len(targets)} genome(s), exhaustive search bound "
                       f"{max_states:,} states", highlight=False)

@@ -80,11 +80,13 @@ class TsSearch:
     """One run of TS's exhaustive interleaving search, as the verifier memoises it and the
     database shares it across workers and studies.
 
-    ``schedule`` is a digest of what the search depends on in the genome (the space's
-    ``ts_schedule_key`` and the domain; not the state bound: a search under a higher bound
-    supersedes one under a lower, see :meth:`settles`), ``aliasing`` a digest of the SMEM
-    overlaps of the skeleton searched, ``tool_version`` the verifier's version (its code, the
-    space's, the DSL's). ``error`` is TS's rejection (None: the search found nothing) and
+    ``schedule`` is a digest of the model TS's checker explores (``tsopt.verify.ts_model``:
+    its input as TS derives it from the skeleton, SMEM overlaps included; not the state bound:
+    a search under a higher bound supersedes one under a lower, see :meth:`settles`),
+    ``aliasing`` ``"model"`` (the overlaps are in the model), ``tool_version`` the DSL
+    checker's (``ts-model1/dsl-4.8.1/<digest of its source>``). A search kept before
+    2026-12-04 has the old key (a digest of the space's ``ts_schedule_key`` and domain, of the
+    SMEM overlaps by name, and the verifier's version): readable, never matched. ``error`` is TS's rejection (None: the search found nothing) and
     ``bounded`` the state bound that cut it short (None: it was complete). ``domain`` is the
     number of iterations searched, ``states`` the states TS explored (every BFS of the
     search together; None in a record made before they were counted), ``max_states`` the

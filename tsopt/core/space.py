@@ -547,10 +547,11 @@ class SearchSpace(ABC):
     def ts_schedule_key(self, genome: Genome, problem: Problem) -> str | None:
         """The part of the genome the TS exhaustive deadlock/race checker sees (schedules,
         pipeline shapes, stage counts, tasks), without the numeric genes it does not see
-        (register budgets, tile sizes that only set byte counts). The verifier memoises that
-        checker's outcome under this key (with the SMEM aliasing of the skeleton it was run
-        on), so a deep pipeline is searched once for every numeric variant. Default: None,
-        no memo (the checker runs for every TS verdict not already cached)."""
+        (register budgets, tile sizes that only set byte counts). Until 2026-12-04 the
+        verifier memoised that checker's outcome under this key; it now keys a search by the
+        model the checker explores (``tsopt.verify.ts_model``), for every space, and reads
+        this only to carry searches of the old key over (``bench/proofs/rekey.py``).
+        Default: None."""
         return None
 
     # -- reports ---------------------------------------------------------------------

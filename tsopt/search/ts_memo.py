@@ -2,16 +2,18 @@
 study's database starts with.
 
 The verifier memoises TS's exhaustive deadlock/race search (seconds to tens of seconds of CPU
-on a deep or persistent pipeline) by the space's schedule key, the skeleton's SMEM aliasing
-and the verifier's version (``tsopt.verify.verifier``: its code, the space's, the DSL's), and
-the database shares each search across workers and studies. A study on a fresh database
-would still run every search again that the committed studies have run. This memo ships
-them: ``tsopt/data/ts_searches.json`` holds the searches of the committed study archives
-(the measurement corpus's search table, ``corpus/ts_searches.v1.jsonl.xz``, of the sources
-``tsopt.app.corpus.SHIPPED_SOURCES`` names), and :func:`seed_store` copies into a study's
-database those of the space's current verifier version, so the driver sends them to its
-workers like any search the database holds. A search of another version (an edited check,
-kernel template or DSL) is never used: its key does not match, and it is not copied.
+on a deep or persistent pipeline) by the model TS explores under the DSL's checker
+(``tsopt.verify.ts_model``: a digest of the checker's input, and
+``tsopt.verify.verifier.search_version``), and the database shares each search across
+workers and studies. A study on a fresh database would still run every search again that the
+committed studies have run. This memo ships them: ``tsopt/data/ts_searches.json`` holds the
+searches of the committed study archives (the measurement corpus's search table,
+``corpus/ts_searches.v1.jsonl.xz``, of the sources ``tsopt.app.corpus.SHIPPED_SOURCES``
+names) keyed that way, and :func:`seed_store` copies them into a study's database, so the
+driver sends them to its workers like any search the database holds. An edit of a space or
+of the verifier leaves them standing (a model it changes is another key); a search of another
+DSL checker, or one keyed the old way (the corpus's searches, by a space's schedule key and
+the verifier's version), is never used: its key does not match, and it is not copied.
 
 Remade from the corpus by ``tsopt corpus products`` (``tsopt.app.corpus``).
 ``TSOPT_TS_MEMO`` names another file; ``TSOPT_TS_MEMO=none`` ships nothing (a
@@ -101,12 +103,12 @@ def shipped_searches(path: Path | str | None = None) -> list[TsSearch]:
 
 
 def seed_store(store: Store, space: SearchSpace, path: Path | str | None = None) -> int:
-    """Copy the memo's and the shipped proofs' searches of ``space`` at its current verifier
-    version into ``store`` (those it does not hold yet, or saying more than the one it
+    """Copy the memo's and the shipped proofs' searches of ``space``, keyed for this DSL's
+    checker, into ``store`` (those it does not hold yet, or saying more than the one it
     holds); how many were new."""
-    from tsopt.verify.verifier import verifier_version
+    from tsopt.verify.verifier import search_version
 
-    version = verifier_version(space)
+    version = search_version()
     mine = [s for s in shipped_searches(path)
             if s.space == space.name and s.tool_version == version]
     return store.record_searches(mine) if mine else 0

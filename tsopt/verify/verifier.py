@@ -27,12 +27,17 @@ a :class:`~tsopt.core.records.Verdict`. Three memos, each keyed by what can chan
   passes the Store's);
 - the TS gate's outcome, by the space's ``verdict_key`` (only the genes that can change it);
 - the TS exhaustive deadlock/race checker (the BFS that costs seconds on deep pipelines), by
-  the space's ``ts_schedule_key`` plus the skeleton's SMEM aliasing: numeric variants of one
-  schedule (register budgets, tile sizes), and every problem, share one search. TS's other
-  checks run each time. Each search is a :class:`~tsopt.core.records.TsSearch`; a database
-  keeps them (:class:`SearchBacking`, the Store), so a search run by one build worker or one
-  study is not run again by another: the driver sends the known ones along with each
-  candidate, and records what a worker searched.
+  the model it explores (:mod:`tsopt.verify.ts_model`: a digest of the checker's own input,
+  taken as TS derives it from the skeleton) under the DSL's checker (:func:`search_version`):
+  numeric variants of one schedule (register budgets, tile sizes), every problem, and every
+  edit of a space that leaves the model alone (a refactor) share one search, while any change
+  the checker would see is another search. Not this module's version nor a space's: a search
+  depends on nothing else, so the shipped proofs survive edits of the spaces and the
+  verifier. TS's other checks run each time. Each search is a
+  :class:`~tsopt.core.records.TsSearch`; a database keeps them (:class:`SearchBacking`, the
+  Store), so a search run by one build worker or one study is not run again by another: the
+  driver sends the known ones along with each candidate (:func:`search_keys`), and records
+  what a worker searched.
 
 That checker stops at a bound of explored states (TS's ``max_states``, 1,000,000 in DSL
 4.8.1; ``TSOPT_TS_MAX_STATES`` sets another) and, having found no counterexample by then,
@@ -66,6 +71,7 @@ from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, default_problem
 from tsopt.core.records import TsSearch, Verdict
 from tsopt.core.space import JudgedKey
+from tsopt.verify import ts_model
 
 if TYPE_CHECKING:
     from tsopt.core.space import GeneDomain, Judge, SearchSpace
@@ -206,7 +212,7 @@ class _TsOutcome:
 class SearchBacking(Protocol):
     """Where TS's exhaustive searches persist across processes and studies
     (``tsopt.db.store.Store`` implements it; a backing may also offer ``find_searches(space,
-    schedule, tool_version)``, every aliasing's, which :meth:`VerdictCache.proof_known`
+    schedule, tool_version)``, every search of a model, which :meth:`VerdictCache.proof_known`
     reads). ``record_search`` keeps a search, replacing one of its key it supersedes."""
 
     def find_search(self, space: str, schedule: str, aliasing: str,
@@ -250,7 +256,7 @@ class VerdictCache:
       passes the Store's ``find_verdict``).
     - Whole verdicts by :class:`JudgedKey`; ``judged`` (a :class:`JudgedBacking`, the Store)
       shares them across studies: read before verifying, written after.
-    - TS exhaustive-checker outcomes by the space's ``ts_schedule_key`` + SMEM aliasing.
+    - TS exhaustive-checker outcomes by the model they explore (:func:`search_keys`).
     """
 
     def __init__(
@@ -339,7 +345,7 @@ class VerdictCache:
         return found if found is not None and found.settles(bound) else None
 
     def proof_known(self, space: str, schedule: str, tool_version: str, bound: int) -> bool:
-        """Whether a search of ``schedule`` (any SMEM aliasing) is held, here or in the
+        """Whether a search of ``schedule`` (a model, :func:`search_keys`) is held, here or in the
         backing, that says more than one cut at ``bound``: a verdict cut at ``bound`` may then
         be judged again to a complete one (the skeleton's TS checks, the search read back)."""
         def better(search: TsSearch) -> bool:
@@ -496,14 +502,18 @@ def check_genome_schema(genome: Genome, problem: Problem | None = None,
 
 # -- the exhaustive checker, memoised by the schedule it searches --------------------------
 
-_BFS_CONTEXT: contextvars.ContextVar[tuple[VerdictCache, str, str, str] | None] = (
+_BFS_CONTEXT: contextvars.ContextVar[tuple[VerdictCache, str] | None] = (
     contextvars.ContextVar("tsopt_bfs_memo", default=None))
+"""Set while a verification memoises its searches: the memo and the space's name."""
 _BFS_PREDICT: contextvars.ContextVar[bool] = contextvars.ContextVar("tsopt_bfs_predict",
                                                                   default=False)
 """Set while a :func:`predicting_judge` judges: an exhaustive search not memoised is skipped."""
 _BFS_RUN: contextvars.ContextVar[_SearchLog | None] = contextvars.ContextVar(
     "tsopt_bfs_run", default=None)
 """Set by :func:`run_ts_checks`: the bound to search under, and what each search did."""
+_BFS_LISTING: contextvars.ContextVar[list[str | None] | None] = contextvars.ContextVar(
+    "tsopt_bfs_listing", default=None)
+"""Set by :func:`search_keys`: each search a skeleton would run is keyed here, none run."""
 _BFS_PATCH_LOCK = threading.Lock()
 _BFS_PATCHED: list[bool] = []
 
@@ -522,25 +532,10 @@ class _SearchLog:
     """Searches a prediction skipped (none memoised that settles them)."""
 
 
-def _alias_fingerprint(manager: Any) -> tuple[Any, ...]:
-    """The SMEM aliasing the checker reads (which resources' byte ranges overlap), by resource
-    name: two skeletons of one schedule key may differ in sizes, and an overlap that appears
-    with larger tiles is a different search."""
-    from cutlass.experimental.task_scheduling.exhaustive_checker import (
-        _collect_resources,
-        build_alias_info,
-    )
-
-    resources = _collect_resources(manager.tasks)
-    names = {id(r): str(getattr(r, "name", type(r).__name__)) for r in resources}
-    maps = build_alias_info(resources)[:3]
-    return tuple(tuple(sorted((names.get(a, "?"), tuple(sorted(names.get(b, "?") for b in bs)))
-                              for a, bs in m.items())) for m in maps)
-
-
 def _install_bfs_memo() -> None:
     """Route TS's exhaustive checker through the memo of the calling thread's verification
-    (a context variable; outside :func:`run_ts_checks` the checker runs as TS wrote it)."""
+    (a context variable; outside :func:`run_ts_checks` the checker runs as TS wrote it). A
+    search is keyed by the model it explores (:mod:`tsopt.verify.ts_model`)."""
     with _BFS_PATCH_LOCK:
         if _BFS_PATCHED:
             return
@@ -552,6 +547,8 @@ def _install_bfs_memo() -> None:
 
         def bounded(*args: Any, **kwargs: Any) -> Any:
             # TS imports the checker from its module at each call, so this sees every search.
+            if ts_model.capturing():
+                return ts_model.capture_call(search, *args, **kwargs)
             log = _BFS_RUN.get()
             if log is None:
                 return search(*args, **kwargs)
@@ -565,15 +562,22 @@ def _install_bfs_memo() -> None:
             return result
 
         def memoised(self: Any) -> None:
+            listing = _BFS_LISTING.get()
+            if listing is not None:
+                listing.append(ts_model.model_digest(self, original))
+                return
             context = _BFS_CONTEXT.get()
             predicting = _BFS_PREDICT.get()
-            if context is None:
-                if not predicting:
-                    original(self)
-                return
-            cache, space_name, schedule, version = context
-            full = (space_name, schedule, _digest(repr(_alias_fingerprint(self))), version)
             log = _BFS_RUN.get()
+            model = ts_model.model_digest(self, original) if context is not None else None
+            if context is None or model is None:  # no memo, or a model it cannot key
+                if not predicting:
+                    original(self)  # searched, not memoised
+                elif log is not None and context is not None:
+                    log.unsearched += 1
+                return
+            cache, space_name = context
+            full = (space_name, model, ts_model.MODEL_ALIASING, ts_model.search_version())
             bound = (log.max_states if log is not None and log.max_states is not None
                      else _ts_default_bound())
             known = cache.bfs_get(full, bound)
@@ -629,35 +633,69 @@ def _ts_default_bound() -> int:
     return int(default)
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+def search_version() -> str:
+    """The ``tool_version`` of the searches the verifier keeps and reads: the DSL checker's
+    (:func:`tsopt.verify.ts_model.search_version`), not this module's or a space's."""
+    return ts_model.search_version()
 
 
-def schedule_digest(space: SearchSpace, genome: Genome, problem: Problem,
-                    domain: int | None = None) -> str | None:
-    """The ``schedule`` of the :class:`~tsopt.core.records.TsSearch` records that verifying
-    ``genome`` would read (its ``ts_schedule_key`` and the domain), or None when the space
-    keys no search or cannot read the genome's genes (the checks say why). The state bound
-    is not in it: one search per schedule is kept, the one that says most."""
+_KEYS: weakref.WeakKeyDictionary[SearchSpace, dict[tuple[Any, ...], tuple[str, ...]]] = (
+    weakref.WeakKeyDictionary())
+_KEYS_LOCK = threading.Lock()
+
+
+def search_keys(space: SearchSpace, genome: Genome, problem: Problem,
+                domain: int | None = None) -> list[tuple[int, str]]:
+    """The ``schedule`` of every :class:`~tsopt.core.records.TsSearch` verifying ``genome``
+    would read, with its domain, at each domain the verifier searches (its own, or
+    ``domain``, then the extra ones): the skeleton is built and each exhaustive search it
+    would run is keyed by its model (:mod:`tsopt.verify.ts_model`), none run. A skeleton TS
+    rejects before searching, or a model that cannot be keyed, gives none. Memoised per
+    space instance."""
     try:
-        key = space.ts_schedule_key(genome, problem)
-        n = domain if domain is not None else space.verify_domain(genome)
+        domains = _search_domains(space, genome, problem, domain)
     except (ValueError, KeyError, TypeError, AssertionError):
-        return None
-    # "states=ts" as when the bound was part of the key: the searches kept then under TS's
-    # bound keep their key, and say by ``bounded`` what they are.
-    return None if key is None else _digest(f"{key}|domain={n}|states=ts")
+        return []
+    found: list[tuple[int, str]] = []
+    for n in domains:
+        found += [(n, model) for model in _models_at(space, genome, problem, n)]
+    return found
+
+
+def _models_at(space: SearchSpace, genome: Genome, problem: Problem, n: int) -> tuple[str, ...]:
+    mark = (genome.hash, problem.key, n, space.target_device().sm_count)
+    with _KEYS_LOCK:
+        known = _KEYS.get(space, {}).get(mark)
+    if known is not None:
+        return known
+    _install_bfs_memo()
+    listing: list[str | None] = []
+    token = _BFS_LISTING.set(listing)
+    try:
+        with (contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()),
+              warnings.catch_warnings()):
+            warnings.simplefilter("ignore")
+            space.build_skeleton(genome, problem, n)
+    except (ValueError, AssertionError, TypeError, KeyError, IndexError):
+        pass  # TS's verdict is the verifier's to give; what was keyed before it stands
+    finally:
+        _BFS_LISTING.reset(token)
+    models = tuple(m for m in listing if m is not None)
+    with _KEYS_LOCK:
+        held = _KEYS.setdefault(space, {})
+        if len(held) > 4096:
+            held.clear()
+        held[mark] = models
+    return models
 
 
 @contextlib.contextmanager
-def _bfs_memo(cache: VerdictCache | None, space: SearchSpace, genome: Genome,
-              problem: Problem, domain: int) -> Iterator[None]:
-    schedule = schedule_digest(space, genome, problem, domain) if cache is not None else None
-    if schedule is None or cache is None:
+def _bfs_memo(cache: VerdictCache | None, space: SearchSpace) -> Iterator[None]:
+    if cache is None:
         yield
         return
     _install_bfs_memo()
-    token = _BFS_CONTEXT.set((cache, space.name, schedule, verifier_version(space)))
+    token = _BFS_CONTEXT.set((cache, space.name))
     try:
         yield
     finally:
@@ -667,7 +705,7 @@ def _bfs_memo(cache: VerdictCache | None, space: SearchSpace, genome: Genome,
 def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: int,
                   memo: VerdictCache | None = None) -> _TsOutcome:
     """Build the TS skeleton on the host; TS's own verdict, never an exception. With ``memo``,
-    the exhaustive checker's outcome is memoised by the space's ``ts_schedule_key``."""
+    the exhaustive checker's outcome is memoised by the model it explores."""
     start = time.perf_counter()
     sink = io.StringIO()
     log = _SearchLog(ts_max_states(), domain)
@@ -680,7 +718,7 @@ def run_ts_checks(space: SearchSpace, genome: Genome, problem: Problem, domain: 
             contextlib.redirect_stdout(sink),
             contextlib.redirect_stderr(sink),
             warnings.catch_warnings(),
-            _bfs_memo(memo, space, genome, problem, domain),
+            _bfs_memo(memo, space),
         ):
             warnings.simplefilter("ignore")
             space.build_skeleton(genome, problem, domain)
@@ -750,16 +788,9 @@ def _proof_may_be_known(space: SearchSpace, genome: Genome, problem: Problem,
     complete search recorded later (``tsopt prove``) supersedes it everywhere it is read."""
     if bound is None:
         return False
-    try:
-        domains = _search_domains(space, genome, problem, domain)
-    except (ValueError, KeyError, TypeError, AssertionError):
-        return False
-    version = verifier_version(space)
-    for n in domains:
-        schedule = schedule_digest(space, genome, problem, n)
-        if schedule is not None and cache.proof_known(space.name, schedule, version, bound):
-            return True
-    return False
+    version = search_version()
+    return any(cache.proof_known(space.name, model, version, bound)
+               for _, model in search_keys(space, genome, problem, domain))
 
 
 def _judge(genome: Genome, problem: Problem, domain: int | None, space: SearchSpace,
