@@ -4,9 +4,9 @@ measurement out, and the shipped data made from the corpus alone.
 The fixtures are made here, small, for these tests: a real SQLite study database (its timings
 SYNTHETIC, recorded through the Store API and named so) packed as a ``tar.xz`` the way the
 committed archives are, a bundle's ``results.json`` naming genomes by hash with the
-``manifest.json`` beside it, and an experiment results file (and a toy experiment packed as
-the evidence archives are, for the build from archives). Nothing in ``bench/`` or
-``evidence/`` is read; the last tests read the committed corpus (``corpus/``) and remake the
+``manifest.json`` beside it, and an experiment results file (``tests/test_evidence.py`` packs
+them as an experiment's archive and builds from it). Nothing in ``bench/`` or ``evidence/``
+is read; the last tests read the committed corpus (``corpus/``) and remake the
 shipped files from it.
 """
 
@@ -252,51 +252,3 @@ def test_a_stale_corpus_is_named_and_left_as_it_is(evidence: dict[str, Path], tm
     assert f"{MEASUREMENTS_FILE}: 5 records" in result.output and "makes 6" in result.output
     assert (tmp_path / "c" / MEASUREMENTS_FILE).read_bytes() == before
 
-
-def test_the_corpus_is_built_from_the_evidence_archives(
-        evidence: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``tsopt corpus build`` reads the archives (``--archives``, unpacked in a scratch folder
-    and checked first), the same records as the files themselves, named as the experiment
-    wrote them; run where there is no bench/ at all. A tampered archive: one line, exit 2."""
-    import tsopt.app.corpus as corpus_module
-    from scripts.evidence import pack
-
-    repo = tmp_path / "repo"
-    folder = repo / "bench" / "toy"
-    folder.mkdir(parents=True)
-    for kind in ("archive", "results"):
-        (folder / evidence[kind].name).write_bytes(evidence[kind].read_bytes())
-    (folder / "README.md").write_text("# toy\n")
-    pack("toy", repo, repo / "evidence", what="a toy experiment's study and results")
-    assert sorted(p.name for p in folder.iterdir()) == [".gitignore", "README.md"]
-    monkeypatch.setattr(corpus_module, "EVIDENCE",
-                        ("bench/toy/*.db.tar.xz", "bench/toy/sweep.json"))
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    result = CliRunner().invoke(app, ["corpus", "build", "--archives", str(repo / "evidence"),
-                                      "--out", str(tmp_path / "c")])
-    assert result.exit_code == 0, result.output
-    records, searches = load_corpus(tmp_path / "c")
-    direct = records_from_evidence([evidence["archive"], evidence["results"]],
-                                   evidence["archive"].parent)
-    assert [r.source for r in records] == ["bench/toy/studies.db.tar.xz"] * 4 + [
-        "bench/toy/sweep.json"]
-    assert {r.experiment for r in records} == {"bench/toy"}
-    assert [(r.genome_hash, r.ratio, r.pass_id.split(" @ ")[-1]) for r in records] == [
-        (r.genome_hash, r.ratio, r.pass_id.split(" @ ")[-1]) for r in direct]
-    assert [s.sources for s in searches] == [("bench/toy/studies.db.tar.xz",)]
-    assert json.loads((tmp_path / "c" / "manifest.json").read_text())["sources"] == [
-        "bench/toy/studies.db.tar.xz", "bench/toy/sweep.json"]
-    check = CliRunner().invoke(app, ["corpus", "build", "--check", "--archives",
-                                     str(repo / "evidence"), "--out", str(tmp_path / "c")])
-    assert check.exit_code == 0 and "up to date" in " ".join(check.output.split())
-
-    archive = repo / "evidence" / "toy.tar.xz"
-    archive.write_bytes(archive.read_bytes()[:-4] + b"\0\0\0\0")
-    tampered = CliRunner().invoke(app, ["corpus", "build", "--archives",
-                                        str(repo / "evidence"), "--out", str(tmp_path / "d")])
-    said = " ".join(tampered.output.split())
-    assert tampered.exit_code == 2 and said.count("sha256") == 1
-    assert "toy.tar.xz: sha256" in said and "the manifest says" in said
-    assert not (tmp_path / "d").exists()

@@ -6,6 +6,9 @@
   replaces a changed one; ``unpack`` puts every file back byte for byte, and refuses to
   overwrite a file that differs; an archive whose bytes or members are not the manifest's is
   refused, naming it. All on folders made here (tmp_path), nothing committed is read.
+- ``tsopt corpus build --archives`` reads a toy experiment's archive (``tests/test_corpus.py``'s
+  study archive and results file, packed here) as the corpus reads the files themselves, the
+  records named as the experiment wrote them, and refuses a tampered archive in one line.
 - The boundary (issue 31): no test and no product module (tsopt/, db/, workers/,
   search_spaces/, reports/) reads ``bench/`` (a path into it that is not an experiment's
   script), no test reads ``evidence/``, and ``bench/`` without its unpacked raw files stays
@@ -24,8 +27,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from scripts.evidence import pack
+from tests.test_corpus import evidence  # noqa: F401 - the fixture: a study archive, results
+from tsopt.app.corpus import load_corpus, records_from_evidence
+from tsopt.cli import app
 from tsopt.core.evidence import (
     MANIFEST_NAME,
     EvidenceError,
@@ -52,8 +59,8 @@ def _experiment(root: Path) -> dict[str, bytes]:
 
 def test_pack_then_unpack_gives_every_raw_file_back(tmp_path: Path) -> None:
     files = _experiment(tmp_path)
-    evidence = tmp_path / "evidence"
-    done = pack("toy", tmp_path, evidence, what="a toy experiment", keep=("summary.json",))
+    archives = tmp_path / "evidence"
+    done = pack("toy", tmp_path, archives, what="a toy experiment", keep=("summary.json",))
     assert done.added == ("bench/toy/results/a.results.json", "bench/toy/results/logs/b.log")
     folder = tmp_path / "bench" / "toy"
     # What stays: the README, the script, the kept summary, and the ignore list.
@@ -61,28 +68,28 @@ def test_pack_then_unpack_gives_every_raw_file_back(tmp_path: Path) -> None:
                                                         "summary.json"]
     ignored = (folder / ".gitignore").read_text().splitlines()
     assert ignored[-2:] == ["/results/a.results.json", "/results/logs/b.log"]
-    archive = read_manifest(evidence)["toy"]
+    archive = read_manifest(archives)["toy"]
     assert archive.what == "a toy experiment" and archive.keep == ("summary.json",)
-    assert check(evidence) == []
+    assert check(archives) == []
 
-    first = (evidence / "toy.tar.xz").read_bytes()
-    written = unpack("toy", tmp_path, evidence)
+    first = (archives / "toy.tar.xz").read_bytes()
+    written = unpack("toy", tmp_path, archives)
     assert len(written) == 2
     for rel in ("results/a.results.json", "results/logs/b.log"):
         assert (folder / rel).read_bytes() == files[rel]
     # Unpacked and packed again, unchanged: the same bytes.
-    assert pack("toy", tmp_path, evidence).added == ()
-    assert (evidence / "toy.tar.xz").read_bytes() == first
+    assert pack("toy", tmp_path, archives).added == ()
+    assert (archives / "toy.tar.xz").read_bytes() == first
 
     # A new raw file and a changed one: the new is added, the changed replaces its copy.
-    unpack("toy", tmp_path, evidence)
+    unpack("toy", tmp_path, archives)
     (folder / "results" / "logs" / "b.log").write_bytes(b"SYNTHETIC log, remade\n")
     (folder / "results" / "c.results.json").write_bytes(b'{"measurements": [1]}\n')
-    again = pack("toy", tmp_path, evidence)
+    again = pack("toy", tmp_path, archives)
     assert again.added == ("bench/toy/results/c.results.json",)
     assert again.changed == ("bench/toy/results/logs/b.log",)
     scratch = tmp_path / "scratch"
-    unpack("toy", scratch, evidence)
+    unpack("toy", scratch, archives)
     assert (scratch / "bench/toy/results/logs/b.log").read_bytes() == b"SYNTHETIC log, remade\n"
     assert (scratch / "bench/toy/results/a.results.json").read_bytes() == files[
         "results/a.results.json"]
@@ -91,26 +98,26 @@ def test_pack_then_unpack_gives_every_raw_file_back(tmp_path: Path) -> None:
 
 def test_an_archive_that_is_not_the_manifests_is_refused_naming_it(tmp_path: Path) -> None:
     _experiment(tmp_path)
-    evidence = tmp_path / "evidence"
+    archives = tmp_path / "evidence"
     with pytest.raises(EvidenceError, match="needs a line saying what it holds"):
-        pack("toy", tmp_path, evidence)
-    pack("toy", tmp_path, evidence, what="a toy experiment")
+        pack("toy", tmp_path, archives)
+    pack("toy", tmp_path, archives, what="a toy experiment")
     # Unpacking over a file that differs: refused, the file named, nothing written.
-    unpack("toy", tmp_path, evidence)
+    unpack("toy", tmp_path, archives)
     log = tmp_path / "bench/toy/results/logs/b.log"
     log.write_bytes(b"edited\n")
     with pytest.raises(EvidenceError, match=r"b\.log: differs from toy\.tar\.xz's copy"):
-        unpack("toy", tmp_path, evidence)
+        unpack("toy", tmp_path, archives)
     assert log.read_bytes() == b"edited\n"
     with pytest.raises(EvidenceError, match="no archive for experiment 'other'"):
-        unpack("other", tmp_path, evidence)
+        unpack("other", tmp_path, archives)
 
-    archive = evidence / "toy.tar.xz"
+    archive = archives / "toy.tar.xz"
     good = archive.read_bytes()
     archive.write_bytes(good[:-8] + b"\0" * 8)
     with pytest.raises(EvidenceError, match=r"toy\.tar\.xz: sha256 .*, the manifest says"):
-        unpack("toy", tmp_path / "elsewhere", evidence)
-    assert check(evidence) and "sha256" in check(evidence)[0]
+        unpack("toy", tmp_path / "elsewhere", archives)
+    assert check(archives) and "sha256" in check(archives)[0]
 
     # A member outside bench/toy/, with the manifest made to match: still refused.
     buffer = io.BytesIO()
@@ -119,13 +126,13 @@ def test_an_archive_that_is_not_the_manifests_is_refused_naming_it(tmp_path: Pat
         info.size = 2
         tar.addfile(info, io.BytesIO(b"x\n"))
     archive.write_bytes(buffer.getvalue())
-    doc = json.loads((evidence / MANIFEST_NAME).read_text())
+    doc = json.loads((archives / MANIFEST_NAME).read_text())
     doc["archives"]["toy"]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
     doc["archives"]["toy"]["files"] = {"../escape.txt": {
         "bytes": 2, "sha256": hashlib.sha256(b"x\n").hexdigest()}}
-    (evidence / MANIFEST_NAME).write_text(json.dumps(doc))
+    (archives / MANIFEST_NAME).write_text(json.dumps(doc))
     with pytest.raises(EvidenceError, match=r"'\.\./escape\.txt' is not under bench/toy/"):
-        unpack("toy", tmp_path / "elsewhere", evidence)
+        unpack("toy", tmp_path / "elsewhere", archives)
     assert not (tmp_path / "escape.txt").exists()
 
 
@@ -136,6 +143,57 @@ def test_the_command_line_names_a_bad_experiment_in_one_line(tmp_path: Path) -> 
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "MANIFEST.json: not readable" in done.stderr
 
+
+# -- the corpus from the archives ---------------------------------------------------------
+
+
+def test_the_corpus_is_built_from_the_evidence_archives(
+        evidence: dict[str, Path],  # noqa: F811 - the fixture imported above
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tsopt corpus build`` reads the archives (``--archives``, unpacked in a scratch folder
+    and checked first), the same records as the files themselves, named as the experiment
+    wrote them; run where there is no bench/ at all. A tampered archive: one line, exit 2."""
+    import tsopt.app.corpus as corpus_module
+
+    repo = tmp_path / "repo"
+    folder = repo / "bench" / "toy"
+    folder.mkdir(parents=True)
+    for kind in ("archive", "results"):
+        (folder / evidence[kind].name).write_bytes(evidence[kind].read_bytes())
+    (folder / "README.md").write_text("# toy\n")
+    pack("toy", repo, repo / "evidence", what="a toy experiment's study and results")
+    assert sorted(p.name for p in folder.iterdir()) == [".gitignore", "README.md"]
+    monkeypatch.setattr(corpus_module, "EVIDENCE",
+                        ("bench/toy/*.db.tar.xz", "bench/toy/sweep.json"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    result = CliRunner().invoke(app, ["corpus", "build", "--archives", str(repo / "evidence"),
+                                      "--out", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    records, searches = load_corpus(tmp_path / "c")
+    direct = records_from_evidence([evidence["archive"], evidence["results"]],
+                                   evidence["archive"].parent)
+    assert [r.source for r in records] == ["bench/toy/studies.db.tar.xz"] * 4 + [
+        "bench/toy/sweep.json"]
+    assert {r.experiment for r in records} == {"bench/toy"}
+    assert [(r.genome_hash, r.ratio, r.pass_id.split(" @ ")[-1]) for r in records] == [
+        (r.genome_hash, r.ratio, r.pass_id.split(" @ ")[-1]) for r in direct]
+    assert [s.sources for s in searches] == [("bench/toy/studies.db.tar.xz",)]
+    assert json.loads((tmp_path / "c" / "manifest.json").read_text())["sources"] == [
+        "bench/toy/studies.db.tar.xz", "bench/toy/sweep.json"]
+    stale = CliRunner().invoke(app, ["corpus", "build", "--check", "--archives",
+                                     str(repo / "evidence"), "--out", str(tmp_path / "c")])
+    assert stale.exit_code == 0 and "up to date" in " ".join(stale.output.split())
+
+    archive = repo / "evidence" / "toy.tar.xz"
+    archive.write_bytes(archive.read_bytes()[:-4] + b"\0\0\0\0")
+    tampered = CliRunner().invoke(app, ["corpus", "build", "--archives",
+                                        str(repo / "evidence"), "--out", str(tmp_path / "d")])
+    said = " ".join(tampered.output.split())
+    assert tampered.exit_code == 2 and said.count("sha256") == 1
+    assert "toy.tar.xz: sha256" in said and "the manifest says" in said
+    assert not (tmp_path / "d").exists()
 
 # -- the boundary ------------------------------------------------------------------------------
 
