@@ -10,6 +10,9 @@ no tsopt installation; the source tree is enough)::
                                                      # into evidence/EXP.tar.xz, then out of bench/
     python3 -m scripts.evidence check                # every archive against evidence/MANIFEST.json
 
+A bench script that reads raw files can unpack them itself: ``raw_files("tune_gpu")`` (this
+module, with the repository root on ``sys.path``) returns ``bench/tune_gpu/`` with them in it.
+
 ``pack`` takes every file of ``bench/EXP/`` but its README and notes (``*.md``), scripts
 (``*.py``, ``*.sh``, ``*.cpp``) and the experiment's ``keep`` globs (``--keep GLOB`` adds one:
 a small summary that stays beside the README). A new experiment needs ``--what "..."``.
@@ -158,6 +161,13 @@ def write_gitignore(archive: Archive, root: Path) -> None:
     lines = [_ignore_pattern(m.path.removeprefix(prefix)) for m in archive.members]
     text = GITIGNORE_HEAD.format(exp=archive.experiment) + "".join(f"{line}\n" for line in lines)
     (root / BENCH_FOLDER / archive.experiment / ".gitignore").write_text(text)
+
+
+def raw_files(experiment: str) -> Path:
+    """``bench/EXP/`` with its archived raw files unpacked in place (already there: left as
+    they are); for a bench script that reads them: ``from scripts.evidence import raw_files``."""
+    unpack(experiment, ROOT)
+    return ROOT / BENCH_FOLDER / experiment
 
 
 def main(argv: list[str] | None = None) -> int:
