@@ -4,8 +4,10 @@ measurement out, and the shipped data made from the corpus alone.
 The fixtures are made here, small, for these tests: a real SQLite study database (its timings
 SYNTHETIC, recorded through the Store API and named so) packed as a ``tar.xz`` the way the
 committed archives are, a bundle's ``results.json`` naming genomes by hash with the
-``manifest.json`` beside it, and an experiment results file. Nothing in ``bench/`` is read;
-the last tests read the committed corpus (``corpus/``) and remake the shipped files from it.
+``manifest.json`` beside it, and an experiment results file (``tests/test_evidence.py`` packs
+them as an experiment's archive and builds from it). Nothing in ``bench/`` or ``evidence/``
+is read; the last tests read the committed corpus (``corpus/``) and remake the
+shipped files from it.
 """
 
 from __future__ import annotations
@@ -249,3 +251,4 @@ def test_a_stale_corpus_is_named_and_left_as_it_is(evidence: dict[str, Path], tm
     assert result.exit_code == 1
     assert f"{MEASUREMENTS_FILE}: 5 records" in result.output and "makes 6" in result.output
     assert (tmp_path / "c" / MEASUREMENTS_FILE).read_bytes() == before
+

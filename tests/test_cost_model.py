@@ -1,30 +1,28 @@
 """The cost model (tsopt.search.cost_model) against committed H200 measurements.
 
-- the analytical estimate orders GEMM schedules measured on the H200
-  (``bench/gemm_h200/gemm-epilogue.json``, ``gemm-first.json``): a known-slow and a known-fast
-  schedule, and nearly every pair measured more than 10 % apart;
+- the analytical estimate orders GEMM schedules measured on the H200 (bench/gemm_h200's
+  ``gemm-epilogue.json``, ``gemm-first.json``): a known-slow and a known-fast schedule, and
+  nearly every pair measured more than 10 % apart;
 - the learned part, fitted on 70 % of the random study's 415 measured candidates at 8192³
-  (``bench/search_efficiency_h200/studies-random.json.xz``), predicts the other 30 % better
+  (bench/search_efficiency_h200's ``studies-random.json.xz``), predicts the other 30 % better
   than the analytical estimate alone (on a fitted line) and than the mean;
 - boosted stumps recover a step function.
+
+The measurements are fixtures cut from those files (``tests/fixtures/``, their own format).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import lzma
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.fixtures import FIXTURES, read_fixture
 from tsopt.search.cost_model import CostModel, fit_stumps, gemm_estimate, predict_stumps
-
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench"
 
 
 def flat_genes(genome: dict[str, Any]) -> dict[str, Any]:
@@ -34,9 +32,9 @@ def flat_genes(genome: dict[str, Any]) -> dict[str, Any]:
     return genes
 
 
-def measured_rows(path: Path, problem: dict[str, Any]) -> dict[str, tuple[dict[str, Any], float]]:
+def measured_rows(name: str, problem: dict[str, Any]) -> dict[str, tuple[dict[str, Any], float]]:
     """label -> (genes, ratio to cuBLAS) of the correct timings of ``problem`` in a result file."""
-    doc = json.loads(path.read_text())
+    doc = read_fixture(name)
     rows = {}
     for row in doc["results"]:
         m = row.get("measurement") or {}
@@ -50,7 +48,7 @@ SIZES = {"m": 8192, "n": 8192, "k": 8192}
 
 
 def test_analytical_estimate_orders_a_known_slow_and_a_known_fast_schedule() -> None:
-    rows = measured_rows(BENCH / "gemm_h200" / "gemm-epilogue.json", SQUARE)
+    rows = measured_rows("gemm_h200/gemm-epilogue.json.xz", SQUARE)
     fast_genes, fast_ratio = rows["8192^3 | best"]
     slow_genes, slow_ratio = rows["8192^3 | separate 64x128 s4 1x1 tma_store"]
     assert fast_ratio > 1.0 and slow_ratio < 0.6  # as measured on the H200
@@ -60,7 +58,7 @@ def test_analytical_estimate_orders_a_known_slow_and_a_known_fast_schedule() -> 
     # The terms say why: the narrow separate tile moves more bytes per flop.
     assert fast.terms["intensity"] > slow.terms["intensity"]
 
-    first = measured_rows(BENCH / "gemm_h200" / "gemm-first.json", SQUARE)
+    first = measured_rows("gemm_h200/gemm-first.json", SQUARE)
     fast_genes, fast_ratio = first["persistent swizzle8"]
     slow_genes, slow_ratio = first["1 consumer 128x128"]
     assert fast_ratio > slow_ratio * 1.3
@@ -68,7 +66,7 @@ def test_analytical_estimate_orders_a_known_slow_and_a_known_fast_schedule() -> 
 
 
 def test_analytical_estimate_orders_most_pairs_measured_far_apart() -> None:
-    rows = list(measured_rows(BENCH / "gemm_h200" / "gemm-epilogue.json", SQUARE).values())
+    rows = list(measured_rows("gemm_h200/gemm-epilogue.json.xz", SQUARE).values())
     pairs = [(a, b) for a, b in itertools.combinations(rows, 2)
              if abs(math.log(a[1] / b[1])) > 0.1]
     agree = sum((a[1] > b[1]) == (gemm_estimate(a[0], SIZES).relative  # type: ignore[union-attr]
@@ -87,8 +85,7 @@ def test_no_estimate_for_a_space_without_gemm_tiles() -> None:
 @pytest.fixture(scope="module")
 def random_study() -> list[tuple[dict[str, Any], float]]:
     """(genes, relative time) of every correct timing of the 8192³ random study (H200)."""
-    path = BENCH / "search_efficiency_h200" / "studies-random.json.xz"
-    (study,) = json.loads(lzma.open(path).read())
+    (study,) = read_fixture("search_efficiency_h200/studies-random.json.xz")
     rows = []
     for c in study["candidates"]:
         ok = [m for m in c.get("measurements", []) if m["status"] == "ok" and m.get("ratio")]
@@ -137,12 +134,11 @@ def test_boosted_stumps_recover_a_step() -> None:
 
 
 def test_at_the_hbm_roof_the_estimate_still_orders_split_and_depth() -> None:
-    """16x8192x8192 on the H200 (``bench/gemm_small_h200``): the same swap-AB 64x16 tile read
+    """16x8192x8192 on the H200 (bench/gemm_small_h200): the same swap-AB 64x16 tile read
     1.013 unsplit with 12 stages, 0.929 split in 2, 0.780 split in 4. All three stream at the
     HBM roof; the estimate orders them by what they add to it."""
-    summary = json.loads((BENCH / "gemm_small_h200" / "gemm-small-summary.json").read_text())
-    results = json.loads((BENCH / "gemm_small_h200"
-                          / "gemm-small-gemm-bf16-16x8192x8192.results.json").read_text())
+    summary = read_fixture("gemm_small_h200/gemm-small-summary.json")
+    results = read_fixture("gemm_small_h200/gemm-small-gemm-bf16-16x8192x8192.results.json")
     rows = []
     for m in results["measurements"]:
         genes = dict(summary["genomes"][m["genome_hash"]])
@@ -165,7 +161,7 @@ def test_stream_k_is_ranked_as_measured_beside_its_data_parallel_twin() -> None:
     # estimate puts stream-K candidates on the side of the best data-parallel one of their
     # problem that the measurement does, where they are more than 3 % apart: all but one (at
     # 8192^3 the 256x128 stream-K kernel measured 3 % slower; the estimate has it 2 % faster).
-    folder = BENCH / "stream_k" / "round3"
+    folder = FIXTURES / "stream_k" / "round3"
     checked = agree = 0
     for results in sorted(folder.glob("sk-*.results.json")):
         shape = results.name.removeprefix("sk-").removesuffix(".results.json")

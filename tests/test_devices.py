@@ -285,13 +285,14 @@ def test_the_torch_op_refuses_it_before_registering_anything(monkeypatch, tmp_pa
 
 @pytest.mark.slow
 def test_an_export_is_built_for_its_studys_profile(tmp_path) -> None:
+    from tests.fixtures import FIXTURES
     from tsopt.app.export import export_candidate
     from tsopt.core.genome import Genome
     from tsopt.core.records import Measurement
     from tsopt.db.store import Store
     from tsopt.search.pipeline import CandidatePipeline
 
-    evidence = ROOT / "bench" / "copy_h200" / "copy-4096-fenced"
+    evidence = FIXTURES / "copy_h200" / "copy-4096-fenced"  # cut from bench/copy_h200's
     manifest = json.loads((evidence / "manifest.json").read_text())
     results = json.loads((evidence / "results.json").read_text())
     doc = manifest["candidates"][0]

@@ -4,13 +4,13 @@ Real parts: the copy and GEMM spaces and their knobs, the TS verifier, Optuna st
 SQLite, the ``tsopt tune`` command (DSL compiles for sm_90a on this CPU, nothing measured:
 no GPU here). The objective told in the sampler test is SYNTHETIC (a made-up function of the
 genes, named so); the simulation replays H200 measurements committed in
-``bench/search_efficiency_h200/studies-random.json.xz``.
+bench/search_efficiency_h200's ``studies-random.json.xz`` (its 415 correct timings, cut into
+``tests/fixtures/search_efficiency_h200``).
 """
 
 from __future__ import annotations
 
 import json
-import lzma
 import os
 import random
 import re
@@ -22,6 +22,7 @@ from typing import Any
 import optuna
 import pytest
 
+from tests.fixtures import read_fixture
 from tsopt.core.problem import Problem
 from tsopt.core.registry import get_space
 from tsopt.search.evolve import (
@@ -137,8 +138,7 @@ class _Recorder:
 
 def measured_table() -> dict[tuple[tuple[str, str], ...], tuple[dict[str, Any], float]]:
     """The 8192³ random study's 415 correct timings (H200): params -> (params, relative time)."""
-    path = ROOT / "bench" / "search_efficiency_h200" / "studies-random.json.xz"
-    (study,) = json.loads(lzma.open(path).read())
+    (study,) = read_fixture("search_efficiency_h200/studies-random.json.xz")
     table = {}
     for c in study["candidates"]:
         ok = [m for m in c.get("measurements", []) if m["status"] == "ok" and m.get("ratio")]
@@ -263,7 +263,6 @@ def test_a_move_to_stream_k_takes_along_the_knobs_it_needs(gemm_space) -> None: 
     # cuBLAS by hand) from its 1x2-clustered, swizzled incumbents: stream_k alone is never in
     # the legal set there. Coupled (SearchSpace.coupled), the move is legal, and a model that
     # ranks stream-K first gets it proposed as the coupled schedule.
-    import json
 
     from tsopt.core.genome import Genome
     from tsopt.core.problem import Problem
@@ -271,7 +270,7 @@ def test_a_move_to_stream_k_takes_along_the_knobs_it_needs(gemm_space) -> None: 
     from tsopt.verify.verifier import predicting_judge
 
     problem = Problem.of("gemm", "bf16", m=8192, n=8192, k=8192)
-    known = json.loads((ROOT / "bench" / "tune_gpu" / "known-round4.json").read_text())
+    known = read_fixture("tune_gpu/known-round4.json")  # cut from bench/tune_gpu's
     incumbent = next(Genome.from_dict(e["genome"]) for e in known["gemm:bf16:8192x8192x8192"]
                      if e["genome_hash"].startswith("8bb0108a3dbb"))
     params = gemm_space.params_of(incumbent)
@@ -298,7 +297,6 @@ def test_a_moved_knob_switches_off_the_structure_it_contradicts(gemm_space) -> N
     # schedule at parity is unsplit in a 1x2 cluster. Moving the cluster from a split-K
     # incumbent used to be undone by the coupling (split-K takes a 1x1 cluster along), so
     # that move was never made; the moved knob now keeps its value and split-K is left.
-    import json
 
     from tsopt.core.genome import Genome
     from tsopt.core.problem import Problem

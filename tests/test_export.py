@@ -1,10 +1,11 @@
 """`tsopt export` on a study whose winner carries a real H200 measurement, and its refusals.
 
-The measurement is the one recorded for the copy genome d4032827a38d in
-bench/copy_h200/copy-4096-fenced/results.json (measured on an H200 with the current copy
-template); the candidate is verified and built here, for real, before it is exported. A second
-study (16384x16384, the winner 6b3dc6745318 of bench/copy_h200/copy-16384-fenced, its H200
-measurement attached to a build here) makes the package of two kernels.
+The measurement is the one recorded for the copy genome d4032827a38d in bench/copy_h200's
+copy-4096-fenced/results.json (measured on an H200 with the current copy template; the
+fixture tests/fixtures/copy_h200 is cut from it); the candidate is verified and built here,
+for real, before it is exported. A second study (16384x16384, the winner 6b3dc6745318 of
+copy-16384-fenced, its H200 measurement attached to a build here) makes the package of two
+kernels.
 
 The exports' PyTorch ops are loaded in a fresh isolated interpreter with only the export on
 its path (no launch: there is no GPU here).
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures import FIXTURES
 from tsopt.app.export import export_candidate, export_studies
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
@@ -29,8 +31,8 @@ from tsopt.db.store import Store
 from tsopt.search.pipeline import CandidatePipeline
 
 ROOT = Path(__file__).resolve().parents[1]
-EVIDENCE = ROOT / "bench" / "copy_h200" / "copy-4096-fenced"
-EVIDENCE_16K = ROOT / "bench" / "copy_h200" / "copy-16384-fenced"
+EVIDENCE = FIXTURES / "copy_h200" / "copy-4096-fenced"
+EVIDENCE_16K = FIXTURES / "copy_h200" / "copy-16384-fenced"
 STUDY = "copy-fp16-4096x4096-sm_90a"
 STUDY_16K = "copy-fp16-16384x16384-sm_90a"
 

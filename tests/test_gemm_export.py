@@ -23,6 +23,7 @@ import pytest
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
+from tests.fixtures import read_fixture  # noqa: E402
 from tsopt.build.builder import build_candidate  # noqa: E402
 from tsopt.core.genome import Genome  # noqa: E402
 from tsopt.core.problem import Problem  # noqa: E402
@@ -178,7 +179,7 @@ def test_exported_kernel_recompiles_to_the_built_cubin(
 def test_tsopt_export_of_a_measured_gemm(space, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A study holding one real H200 measurement, exported with the CLI and recompiled.
 
-    The timing is the HEADLINE row of bench/gemm_h200/gemm-final.json (persistent, 2x1 cluster,
+    The timing is the HEADLINE row of bench/gemm_h200's gemm-final.json (persistent, 2x1 cluster,
     8192^3 bf16), measured on an H200 from a build of an earlier template (053cfc8b): it is
     attached here to a fresh build of the same genome to exercise the export, and is not a
     claim about the current template's speed.
@@ -187,7 +188,7 @@ def test_tsopt_export_of_a_measured_gemm(space, tmp_path: Path) -> None:  # type
     from tsopt.db.store import Store
     from tsopt.verify.verifier import VerdictCache, verify_genome
 
-    final = json.loads((ROOT / "bench" / "gemm_h200" / "gemm-final.json").read_text())
+    final = read_fixture("gemm_h200/gemm-final.json")  # that row, cut from it
     row = next(r for r in final["results"] if r["label"] == "HEADLINE best")
     genome = Genome.from_dict(row["genome"])
     assert genome.hash == row["genome_hash"]

@@ -5,10 +5,10 @@ What is checked, as far as the tree lets it be checked:
 - the set (``tsopt/data/heldout.json``) reads, every problem is one its space takes, and it
   spans the regimes the issue names (by the sizes themselves, not by the labels);
 - the shipped seed library holds no entry of a held-out problem, none in a held-out problem's
-  shape class, and none of the committed evidence (every file ``tsopt.app.corpus.EVIDENCE``
-  names, from which the corpus, and through it the library and the TS search memo, are made:
-  ``tests/test_corpus.py`` remakes them) measured a held-out problem, nor does any corpus
-  record;
+  shape class, and no corpus record (every committed measurement, from which the library and
+  the TS search memo are made: ``tests/test_corpus.py`` remakes them) is of a held-out shape
+  or names one; ``tsopt corpus build`` refuses evidence that measured one (a results file
+  made here);
 - no cost-model source, shipped data file or other test names a held-out shape;
 - ``--library-exclude-self`` drops the study's own problem's library entries and warm starts
   and keeps other shapes' (the real driver, TS verifier and DSL compiles of the copy space,
@@ -23,10 +23,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import sqlite3
-import tarfile
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +31,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from tsopt.app.corpus import EVIDENCE, evidence_files, load_corpus, read_json
+from tsopt.app.corpus import load_corpus
 from tsopt.app.heldout import PACKAGED as HELDOUT
 from tsopt.app.heldout import check_spaces, load_heldout
 from tsopt.cli import app
@@ -121,71 +117,42 @@ def test_the_shipped_library_holds_none_of_them() -> None:
     assert not inside, f"library entries in a held-out shape class: {inside}"
 
 
-def _problems_in_json(doc: Any) -> Iterator[tuple[str | None, int, int, int]]:
-    """Every GEMM problem a JSON document names: problem objects, and ``MxNxK`` in any string
-    (keys, problem specs, study names, sources). The dtype where the text gives one."""
-    if isinstance(doc, dict):
-        if doc.get("op") == "gemm" and all(isinstance(doc.get(s), int) for s in "mnk"):
-            yield doc.get("dtype"), doc["m"], doc["n"], doc["k"]
-        for key, value in doc.items():
-            yield from _problems_in_json(key)
-            yield from _problems_in_json(value)
-    elif isinstance(doc, list):
-        for value in doc:
-            yield from _problems_in_json(value)
-    elif isinstance(doc, str):
-        for match in SPEC.finditer(doc):
-            yield None, *map(int, match.groups())  # type: ignore[misc]
-
-
-def _problems_in_archive(path: Path) -> Iterator[tuple[str | None, int, int, int]]:
-    with tempfile.TemporaryDirectory() as scratch:
-        if path.name.endswith(".db"):
-            files = [path]
-        else:
-            with tarfile.open(path, "r:xz") as archive:
-                archive.extractall(scratch, filter="data")
-            files = sorted(Path(scratch).rglob("*.db"))
-        assert files, path
-        for db in files:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-                for name, problem_json in conn.execute(
-                        "select name, problem_json from tsopt_study"):
-                    yield from _problems_in_json(json.loads(problem_json))
-                    yield from _problems_in_json(name)
-                for (key,) in conn.execute("select distinct problem_key from tsopt_build"):
-                    yield from _problems_in_json(key)
-
-
-@pytest.mark.slow
-def test_no_evidence_of_the_library_or_the_memo_measured_them(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)
-    files = set(evidence_files(EVIDENCE))
-    files |= {ROOT / e.source.split(":")[0] for e in load_library(PACKAGED)}
-    found: dict[str, set[tuple[str | None, int, int, int]]] = {}
-    for path in sorted(files):
-        path = path if path.is_absolute() else ROOT / path
-        if path.name.endswith((".db", ".tar.xz")):
-            named = set(_problems_in_archive(path))
-        else:
-            named = set(_problems_in_json(read_json(path)))  # .json or .json.xz
-        found[str(path.relative_to(ROOT))] = named
-    assert len(found) >= 20
-    # The scan does see what the evidence measured: the suite's shapes.
-    seen = {p[1:] for named in found.values() for p in named}
-    assert {(8192, 8192, 8192), (16, 4096, 4096), (3000, 2008, 1000)} <= seen
-    hits = {name: sorted(p for p in named if p[1:] in HELD_SIZES)
-            for name, named in found.items()}
-    assert not {k: v for k, v in hits.items() if v}
+def test_the_corpus_build_refuses_evidence_of_a_held_out_shape(tmp_path: Path) -> None:
+    """Nothing is derived from a held-out problem: evidence measuring one of its shapes (any
+    dtype) is refused by ``tsopt corpus build``, naming the file, and no corpus is written.
+    The evidence is made here: one results file, its timing SYNTHETIC (named so)."""
+    item = HELD.problems[0]
+    other_dtype = "fp16" if item.problem.dtype == "bf16" else "bf16"
+    problem = Problem.of(item.problem.op, other_dtype, **dict(item.problem.dims))
+    genome = get_space("gemm").seed_genome(problem)
+    doc = {"measured_at": "2026-12-04T00:00:00Z", "results": [{
+        "label": "SYNTHETIC", "problem": problem.to_dict(), "genome": genome.to_dict(),
+        "measurement": {"genome_hash": genome.hash, "problem_key": problem.key,
+                        "status": "ok", "ratio": 1.0, "device": "SYNTHETIC"}}]}
+    evidence = tmp_path / "held.json"
+    evidence.write_text(json.dumps(doc))
+    result = CliRunner().invoke(app, ["corpus", "build", "--evidence", str(evidence),
+                                      "--out", str(tmp_path / "corpus")])
+    assert result.exit_code == 2, result.output
+    assert "a held-out shape" in result.output and "held.json" in result.output
+    assert problem.key in result.output
+    assert not (tmp_path / "corpus").exists()
 
 
 def test_no_corpus_record_is_of_a_held_out_problem() -> None:
+    """The corpus is every committed measurement (the evidence archives, read by ``tsopt
+    corpus build``, which refuses a held-out shape): no record's problem is a held-out shape,
+    and none of its names (study, label, source, database, library sources) writes one."""
     records, _ = load_corpus(ROOT / "corpus")
     assert len(records) > 10_000
     sizes = {sizes_of(r.problem) for r in records if r.problem.op == "gemm"}
     assert (8192, 8192, 8192) in sizes  # the records are read: the suite's shapes are there
     assert not sizes & HELD_SIZES
+    names = {name for r in records for name in (r.study, r.label, r.source, r.database) if name}
+    names |= {e.source for e in load_library(PACKAGED)}
+    written = {tuple(map(int, m.groups())) for name in names for m in SPEC.finditer(name)}
+    assert (16, 4096, 4096) in written  # the names are read: a suite shape is written in them
+    assert not written & HELD_SIZES
 
 
 def test_no_cost_model_constant_shipped_data_or_test_names_them() -> None:

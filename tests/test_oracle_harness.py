@@ -1,14 +1,17 @@
 """The oracle harness (bench/oracle) on the CPU: the chooser's plans (deterministic, legal by the
-space's declared legal set and the predicting judge, every family of the space), the committed
-plans against the held-out set, a real build of two candidates by ``build_and_measure.py``
+space's declared legal set and the predicting judge, every family of the space), a committed
+plan (``mid``, as the fixture ``tests/fixtures/oracle/plans/mid.json.xz``) against the
+held-out set by ``check_plans.py``'s check, a real build of two candidates by ``build_and_measure.py``
 with optuna, SQLAlchemy and Ray unimportable (as on the GPU machine) into a bundle the runner
 reads, its refusal to measure without a GPU, and the summariser's tables on SYNTHETIC
 measurements (named so: no GPU here).
 
-The harness is an experiment, so it runs as commands (nothing here imports it)."""
+The harness is an experiment, so it runs as commands (nothing here imports it but the plan
+check, a function; ``check_plans.py`` runs it on every committed plan, unpacked)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +22,7 @@ import pytest
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
+from tests.fixtures import read_fixture  # noqa: E402
 from tsopt.app.heldout import load_heldout  # noqa: E402
 from tsopt.core.bundle import read_manifest  # noqa: E402
 from tsopt.core.genome import Genome  # noqa: E402
@@ -29,8 +33,9 @@ from tsopt.search.samplers import KnobView  # noqa: E402
 from tsopt.verify.verifier import judge_for, predicting_judge  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-HERE = ROOT / "bench" / "oracle"
-PLANS = HERE / "plans"
+SCRIPTS = {path.name: path for path in (
+    ROOT / "bench" / "oracle" / "choose.py", ROOT / "bench" / "oracle" / "build_and_measure.py",
+    ROOT / "bench" / "oracle" / "summarise.py", ROOT / "bench" / "oracle" / "check_plans.py")}
 FAMILIES = {f"{d}{s}" for d in ("tile-per-cta", "persistent", "split-k2", "split-k3",
                                 "split-k4", "stream-k") for s in ("", "+swap")}
 SYNTHETIC_DEVICE = "SYNTHETIC (no GPU: made-up timings, not a measurement)"
@@ -38,7 +43,7 @@ SYNTHETIC_DEVICE = "SYNTHETIC (no GPU: made-up timings, not a measurement)"
 
 def script(name: str, *args: str, env: dict[str, str] | None = None,
            timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(HERE / name), *args], capture_output=True,
+    return subprocess.run([sys.executable, str(SCRIPTS[name]), *args], capture_output=True,
                           text=True, env={**os.environ, "CUTE_DSL_ARCH": "sm_90a", **(env or {})},
                           timeout=timeout, cwd=ROOT)
 
@@ -54,20 +59,34 @@ def family_of(genome: Genome) -> str:
     return name + ("+swap" if genes.get("swap_ab") else "")
 
 
-def test_the_committed_plans_cover_every_heldout_problem_and_family() -> None:
+def test_a_committed_plan_covers_its_heldout_problem_and_every_family() -> None:
+    spec = importlib.util.spec_from_file_location("oracle_check_plans",
+                                                  SCRIPTS["check_plans.py"])
+    assert spec is not None and spec.loader is not None
+    check_plans = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_plans)
+    assert check_plans.FAMILIES == FAMILIES
     held = load_heldout()
-    for item in held.problems:
-        plan = json.loads((PLANS / f"{item.name}.json").read_text())
-        assert plan["problem"] == item.spec and plan["heldout_version"] == held.version
-        hashes = [c["genome_hash"] for c in plan["candidates"]]
-        assert len(set(hashes)) == len(hashes) >= item.oracle, item.name
-        for cand in plan["candidates"]:
-            genome = Genome.from_dict(cand["genome"])
-            assert genome.hash == cand["genome_hash"]
-            assert family_of(genome) == cand["family"]  # the family column is the genome's
-        assert set(plan["coverage"]["family"]) == FAMILIES, item.name
-        shares = plan["coverage"]["family"].values()
-        assert max(shares) - min(shares) <= max(3, len(hashes) // 20), item.name
+    item = held.by_name("mid")
+    plan = read_fixture("oracle/plans/mid.json.xz")
+    assert check_plans.plan_problems(plan, item.spec, held.version, item.oracle) == []
+    assert len(plan["candidates"]) >= item.oracle
+    for cand in plan["candidates"]:  # the family column is the genome's
+        assert family_of(Genome.from_dict(cand["genome"])) == cand["family"]
+    # Each thing it checks, broken once, is named.
+    other = held.by_name("ragged-small")
+    assert "the set has" in check_plans.plan_problems(plan, other.spec, held.version,
+                                                      item.oracle)[0]
+    assert "oracle 999" in check_plans.plan_problems(plan, item.spec, held.version, 999)[0]
+    relabelled = {**plan, "candidates": [{**plan["candidates"][0], "family": "stream-k+swap"
+                                          if plan["candidates"][0]["family"] != "stream-k+swap"
+                                          else "persistent"}, *plan["candidates"][1:]]}
+    assert "family is not its genome's" in check_plans.plan_problems(
+        relabelled, item.spec, held.version, item.oracle)[0]
+    lopsided = {**plan, "coverage": {**plan["coverage"], "family": {
+        **plan["coverage"]["family"], "persistent": 90}}}
+    assert "family shares" in check_plans.plan_problems(lopsided, item.spec, held.version,
+                                                        item.oracle)[0]
 
 
 @pytest.mark.slow
@@ -160,7 +179,7 @@ def test_two_candidates_built_without_the_search_stack_then_summarised(tmp_path:
 
 
 def test_bad_plans_and_heldout_files_are_refused_in_one_line(tmp_path: Path) -> None:
-    plan = json.loads((PLANS / "mid.json").read_text())
+    plan = read_fixture("oracle/plans/mid.json.xz")
     plan["problem"] = plan["problem"].replace("bf16", "bf17")
     bad = tmp_path / "bad-plan.json"
     bad.write_text(json.dumps(plan))

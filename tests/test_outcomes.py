@@ -1,6 +1,7 @@
 """What Optuna is told about a timing: its ratio to the vendor baseline and its rate ride along
 as user attributes (optuna-dashboard shows them), for the driver and ingest alike. The
-measurement is the H200 timing of copy genome d4032827a38d (bench/copy_h200/copy-4096-fenced)."""
+measurement is the H200 timing of copy genome d4032827a38d (bench/copy_h200's copy-4096-fenced,
+as cut into tests/fixtures/copy_h200)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures import FIXTURES
 from tsopt.core.records import Measurement
 from tsopt.db.store import Store
 from tsopt.search.outcomes import (
@@ -20,7 +22,7 @@ from tsopt.search.outcomes import (
     tell,
 )
 
-EVIDENCE = Path(__file__).resolve().parents[1] / "bench" / "copy_h200" / "copy-4096-fenced"
+EVIDENCE = FIXTURES / "copy_h200" / "copy-4096-fenced"
 
 
 def recorded() -> Measurement:

@@ -23,6 +23,7 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from rich.console import Console  # noqa: E402
 
+from tests.fixtures import FIXTURES  # noqa: E402
 from tsopt.app.prove import ProveTarget, prove_command, prove_targets, ship  # noqa: E402
 from tsopt.core.problem import Problem  # noqa: E402
 from tsopt.core.records import TsSearch  # noqa: E402
@@ -161,7 +162,7 @@ def test_migration_0009_backfills_complete(tmp_path: Path) -> None:
 
 # -- the export's manifest, with a real copy kernel built --------------------------------
 
-COPY_EVIDENCE = ROOT / "bench" / "copy_h200" / "copy-4096-fenced"
+COPY_EVIDENCE = FIXTURES / "copy_h200" / "copy-4096-fenced"  # cut from bench/copy_h200's
 STUDY = "copy-fp16-4096x4096-sm_90a"
 
 

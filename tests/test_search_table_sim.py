@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parents[1] / "bench" / "search_table"
+SIMULATE = Path(__file__).resolve().parents[1] / "bench" / "search_table" / "simulate.py"
+HERE = SIMULATE.parent  # its table_space.py beside it (code only: no committed table is read)
 
 
 @pytest.fixture(scope="module")
 def sim():
     sys.path.insert(0, str(HERE))
-    spec = importlib.util.spec_from_file_location("search_table_simulate", HERE / "simulate.py")
+    spec = importlib.util.spec_from_file_location("search_table_simulate", SIMULATE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     yield module

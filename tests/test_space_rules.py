@@ -18,13 +18,13 @@ verifier with a one-gene edit of a space's seed genome (or of a valid neighbour 
 - the genome size bounds: ``tests/test_trust_and_bounds.py`` (refused before parsing).
 
 And nothing lost: the 74 GEMM candidates measured correct on the H200
-(``bench/gemm_h200/gemm-epilogue.json``) keep their hash and verify valid.
+(bench/gemm_h200's ``gemm-epilogue.json``, as ``tests/fixtures/gemm_h200``) keep their hash and
+verify valid.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures import read_fixture
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, default_problem
 from tsopt.core.records import Verdict
@@ -45,7 +46,7 @@ from tsopt.verify.verifier import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-EPILOGUE_SUITE = ROOT / "bench" / "gemm_h200" / "gemm-epilogue.json"
+EPILOGUE_SUITE = "gemm_h200/gemm-epilogue.json.xz"  # a fixture cut from bench/gemm_h200's
 
 
 @pytest.fixture(scope="module")
@@ -345,7 +346,7 @@ def test_the_h200_epilogue_suite_still_verifies_valid(gemm: Any) -> None:
     only ones rejected are persistent kernels whose swizzle band is wider than the problem
     (``tsopt.swizzle_band``), and every one of those ran at most 0.6x cuBLAS there: the empty
     tiles the rule names cost their full time."""
-    suite = json.loads(EPILOGUE_SUITE.read_text())["results"]
+    suite = read_fixture(EPILOGUE_SUITE)["results"]
     assert len(suite) == 74
     cache = VerdictCache()
     invalid, wasteful = [], []

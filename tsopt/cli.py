@@ -470,8 +470,11 @@ CORPUS_HELP = "The corpus folder (default: corpus/, from the repository root)."
 @corpus_app.command("build")
 def corpus_build(
     evidence: list[str] | None = typer.Option(None, "--evidence", help=(
-        "Evidence files to read (globs allowed; repeatable; default: every committed "
-        "measurement, tsopt.app.corpus.EVIDENCE, from the repository root).")),
+        "Evidence files to read instead of the archives (globs allowed; repeatable).")),
+    archives: Path = typer.Option(Path("evidence"), "--archives", help=(
+        "The evidence archives: every one is unpacked (checked against its MANIFEST.json) "
+        "and tsopt.app.corpus.EVIDENCE's files are read from it (default: evidence/, from "
+        "the repository root).")),
     out: Path = typer.Option(Path("corpus"), help=CORPUS_HELP),
     check: bool = typer.Option(False, "--check", help=(
         "Change nothing: exit 1 naming what differs when the corpus in --out is not the one "
@@ -480,17 +483,19 @@ def corpus_build(
     """Make the measurement corpus from the evidence: every measurement one record, the TS
     searches of the study databases a table of their own (corpus/SCHEMA.md)."""
     with _Guard():
-        from tsopt.app.corpus import EVIDENCE, corpus_stale, evidence_files
         from tsopt.app.corpus import corpus_build as build
+        from tsopt.app.corpus import corpus_stale, evidence_to_read
 
-        if check:
-            stale = corpus_stale(evidence_files(evidence or EVIDENCE), out)
-            for line in stale:
-                err_console.print(f"stale corpus {out}: {line}", highlight=False)
-            if not stale:
-                console.print(f"corpus {out}: up to date with its evidence", highlight=False)
-            raise typer.Exit(1 if stale else 0)
-        manifest = build(evidence_files(evidence or EVIDENCE), out)
+        with evidence_to_read(evidence or (), archives) as (files, root):
+            if check:
+                stale = corpus_stale(files, out, root)
+                for line in stale:
+                    err_console.print(f"stale corpus {out}: {line}", highlight=False)
+                if not stale:
+                    console.print(f"corpus {out}: up to date with its evidence",
+                                  highlight=False)
+                raise typer.Exit(1 if stale else 0)
+            manifest = build(files, out, root)
         for table, about in manifest["tables"].items():
             console.print(f"{out / table}: {about['records']} records", highlight=False)
     raise typer.Exit(0)

@@ -1,22 +1,32 @@
 """Known GEMM genomes by hash prefix, from the committed evidence: the cross-check lists
 (``bench/tune_gpu/known*.json``), the seed library and the study databases of every round
-(``bench/tune_gpu/results*/studies*.db.tar.xz``, unpacked to a temporary folder)."""
+(``bench/tune_gpu/results*/studies*.db.tar.xz``, unpacked to a temporary folder). The
+tune_gpu files are raw outputs, unpacked from ``evidence/tune_gpu.tar.xz`` first."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _tune_gpu() -> Path:
+    from scripts.evidence import raw_files
+
+    return raw_files("tune_gpu")
 
 
 def _known_files() -> list[dict[str, Any]]:
     docs = []
-    for path in sorted((ROOT / "bench" / "tune_gpu").glob("known*.json")):
+    for path in sorted(_tune_gpu().glob("known*.json")):
         for entries in json.loads(path.read_text()).values():
             docs += [e["genome"] for e in entries]
     library = json.loads((ROOT / "tsopt" / "data" / "seed_library.json").read_text())
@@ -27,7 +37,7 @@ def _known_files() -> list[dict[str, Any]]:
 def _study_genomes() -> list[dict[str, Any]]:
     docs = []
     with tempfile.TemporaryDirectory() as tmp:
-        for archive in sorted((ROOT / "bench" / "tune_gpu").glob("results*/studies*.db.tar.xz")):
+        for archive in sorted(_tune_gpu().glob("results*/studies*.db.tar.xz")):
             with tarfile.open(archive) as tar:
                 tar.extractall(tmp, filter="data")
         for db in sorted(Path(tmp).rglob("*.db")):

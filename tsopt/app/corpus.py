@@ -1,14 +1,16 @@
 """``tsopt corpus build`` and ``tsopt corpus products``: the measurement corpus (tsopt.core.corpus).
 
-``build`` reads the committed evidence (:data:`EVIDENCE`, globs from the repository root; or
-the files given) and writes ``corpus/``: every measurement one record, the TS searches a
-table of their own, and a manifest. Evidence files are read as
+``build`` reads the committed evidence and writes ``corpus/``: every measurement one record,
+the TS searches a table of their own, and a manifest. The evidence is the experiments' raw
+outputs, packed one archive per experiment in ``evidence/`` (:mod:`tsopt.core.evidence`):
+:func:`unpacked_evidence` unpacks them all into a scratch folder, checked against their
+manifest, and :data:`EVIDENCE`'s globs pick the files there (or the files given). Evidence files are read as
 :mod:`tsopt.app.library`'s docstring describes them (study databases and ``tar.xz`` of them,
 study dumps, bundle results, experiment results files, headline rounds); a file that names
 genomes by hash only takes them from the other files, from a ``manifest.json`` or an
 ``index.jsonl.xz`` beside it, or from the space's own seed and ``diverse_genomes``.
 
-``products`` makes the shipped data from the corpus alone, nothing in ``bench/``: the seed
+``products`` makes the shipped data from the corpus alone, nothing in ``evidence/``: the seed
 library (``tsopt/data/seed_library.json``, from the records of :data:`SHIPPED_SOURCES`), the
 TS search memo (``tsopt/data/ts_searches.json``: the searches of each space's current
 verifier version). ``tests/test_corpus.py`` remakes them and compares. No cross-shape cost
@@ -44,6 +46,8 @@ from tsopt.core.corpus import (
     write_corpus,
 )
 from tsopt.core.errors import UserInputError
+from tsopt.core.evidence import FOLDER as ARCHIVES
+from tsopt.core.evidence import EvidenceError, unpack_all
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem, ProblemError, parse_problem_spec
 from tsopt.core.records import TsSearch
@@ -67,9 +71,11 @@ EVIDENCE = (
     "bench/skinny_l2/results/*.results.json", "bench/build_memory/*.results.json",
     "bench/driver_scale/ts_memo_study/*.db.tar.xz",
     "bench/search_efficiency_h200/search-top-remeasured.json")
-"""The committed evidence the corpus is made from (globs, from the repository root). Left
-out: ``bench/runner_isolation/planted`` (kernels planted to crash and hang, not candidates of
-a space); ``bench/export_h200`` and ``bench/torch_op_h200`` (three exported kernels timed
+"""The committed evidence the corpus is made from: globs of member names in the evidence
+archives (each named from the repository root as its experiment wrote it, ``bench/EXP/...``;
+matched in the unpacked archives, never in the checkout). Left out:
+``bench/runner_isolation/planted`` (kernels planted to crash and hang, not candidates of a
+space); ``bench/export_h200`` and ``bench/torch_op_h200`` (three exported kernels timed
 through the exported loader against their recorded figure, unpaired: checks of an export,
 the kernels' own measurements are in the corpus); and the summaries and tables made from
 files that are in it (``tune-gpu.json``, ``RESULTS*.json``, ``table-8192.json.xz``, ...)."""
@@ -354,16 +360,44 @@ def searches_from_evidence(paths: Sequence[Path], root: Path | None = None,
     return list(found.values())
 
 
-def evidence_files(patterns: Sequence[str]) -> list[Path]:
-    """Paths given on the command line (a glob's matches, sorted)."""
+def evidence_files(patterns: Sequence[str], root: Path | None = None) -> list[Path]:
+    """Paths given on the command line, or :data:`EVIDENCE`'s globs under ``root`` (a glob's
+    matches, sorted)."""
     out: list[Path] = []
     for pattern in patterns:
-        matches = ([Path(m) for m in sorted(glob.glob(pattern))]
-                   if any(c in pattern for c in "*?[") else [Path(pattern)])
+        if any(c in pattern for c in "*?["):
+            matches = [Path(m) for m in sorted(glob.glob(pattern, root_dir=root))]
+        else:
+            matches = [Path(pattern)] if root is None or (root / pattern).exists() else []
         if not matches:
             raise UserInputError(f"--evidence {pattern}: matches no file")
-        out += matches
+        out += [root / m for m in matches] if root is not None else matches
     return out
+
+
+@contextmanager
+def unpacked_evidence(archives: Path = ARCHIVES) -> Iterator[Path]:
+    """Every archive in ``archives`` unpacked into a scratch folder (checked against its
+    manifest first); yields the folder, which holds ``bench/EXP/...`` as each experiment
+    wrote it."""
+    with tempfile.TemporaryDirectory(prefix="tsopt-evidence-") as scratch:
+        try:
+            unpack_all(Path(scratch), archives)
+        except EvidenceError as exc:
+            raise UserInputError(f"--archives {archives}: {exc}") from None
+        yield Path(scratch)
+
+
+@contextmanager
+def evidence_to_read(files: Sequence[str], archives: Path = ARCHIVES,
+                     ) -> Iterator[tuple[list[Path], Path]]:
+    """The evidence files and the root their names are taken from: ``files`` (globs, from the
+    working directory) when given, else :data:`EVIDENCE` in the unpacked ``archives``."""
+    if files:
+        yield evidence_files(files), Path.cwd()
+        return
+    with unpacked_evidence(archives) as root:
+        yield evidence_files(EVIDENCE, root), root
 
 
 def corpus_build(evidence: Sequence[Path], out: Path = ROOT_FOLDER,
@@ -374,9 +408,23 @@ def corpus_build(evidence: Sequence[Path], out: Path = ROOT_FOLDER,
             raise UserInputError(f"--evidence {p}: no such file")
     base = root or Path.cwd()
     records = records_from_evidence(evidence, base)
+    refuse_heldout(records)
     searches = searches_from_evidence(evidence, base)
     reader = _Reader(base, {}, [])
     return write_corpus(records, searches, out, [reader.name(p) for p in evidence])
+
+
+def refuse_heldout(records: Sequence[CorpusRecord]) -> None:
+    """Nothing is derived from a held-out problem (``tsopt/data/heldout.json``): evidence
+    measuring one of its shapes (same op and sizes, any dtype) is refused, naming the file."""
+    from tsopt.app.heldout import load_heldout
+
+    held = {(item.problem.op, item.problem.dims) for item in load_heldout().problems}
+    for record in records:
+        if (record.problem.op, record.problem.dims) in held:
+            raise UserInputError(f"--evidence {record.source}: measures {record.problem.key}, "
+                                 f"a held-out shape (tsopt/data/heldout.json): the corpus "
+                                 f"must not hold it")
 
 
 def corpus_stale(evidence: Sequence[Path], folder: Path = ROOT_FOLDER,
