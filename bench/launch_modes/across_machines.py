@@ -15,7 +15,7 @@ first written (20 calls per graph, each replay waited for: ``script.pass*`` in r
 - per machine, the gap (R_m - S_m) / S_m, signed: a gap of one sign on every machine is a bias
   of the protocol, not noise, whatever P says.
 
-    python3 bench/launch_modes/across_machines.py [--json OUT]
+    python3 bench/launch_modes/across_machines.py [--json OUT]   (unpacks evidence/launch_modes.tar.xz)
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+from scripts.evidence import raw_files  # noqa: E402  (the rounds' archives, from evidence/)
+
 ROUNDS = [("round 1", HERE / "results/launch_modes.tar.gz", "script"),
           ("round 2", HERE / "results2/launch_modes_factorial.tar.gz", "script-c20-wait"),
           ("round 3", HERE / "results3/launch_modes_factorial.tar.gz", "script-c20-wait")]
@@ -46,6 +49,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    raw_files("launch_modes")
     runner: dict[str, list[float]] = {}
     script: dict[str, list[float]] = {}
     per_machine: dict[str, list[float]] = {}
