@@ -118,12 +118,14 @@ def parse_m(text: Any) -> tuple[tuple[int, int] | None, tuple[int, ...]]:
         if "-" in spec:
             lo_text, _, hi_text = spec.partition("-")
             lo, hi = int(lo_text), int(hi_text)
-            check_range(lo, hi)
-            return (lo, hi), ()
-        values = tuple(int(v) for v in spec.split(","))
+        else:
+            values = tuple(int(v) for v in spec.split(","))
     except ValueError:
         raise RangeError(f"M {text!r} is not an integer, a range like 1-256 or a list like "
                          "1,8,32") from None
+    if "-" in spec:
+        check_range(lo, hi)
+        return (lo, hi), ()
     for value in values:
         check_range(value, value)
     if len(set(values)) != len(values):
