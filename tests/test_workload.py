@@ -176,3 +176,88 @@ def test_a_workload_run_interrupted_and_resumed_loses_nothing(tmp_path: Path) ->
             "SELECT config_json FROM tsopt_study ORDER BY name")]
     assert [c["serving"]["bucket"] for c in configs] == [[1, 16], [17, 32]]
     assert {c["serving"]["kernel"] for c in configs} == {STANDIN}
+
+
+# -- one package for a workload, from real H200 measurements ---------------------------------------
+ARCHIVED = {  # the seed library's best kernel of each shape, as an H200 study measured it
+    16: ("c655ff32c673", "bench/tune_gpu/results/studies-machine2.db.tar.xz", "s1-16x4096x4096"),
+    64: ("6be6e076753c", "bench/tune_gpu/results-round9/studies.db.tar.xz", "r9c-64x4096x4096"),
+}
+
+
+def _archived(m: int, scratch: Path) -> tuple[object, object]:
+    """(genome, Measurement) of the H200 measurement ARCHIVED names."""
+    import tarfile
+
+    from tsopt.db.store import Store
+
+    prefix, archive, study = ARCHIVED[m]
+    with tarfile.open(ROOT / archive) as tar:
+        tar.extract(f"{study}.db", scratch, filter="data")
+    with Store(f"sqlite:///{scratch / f'{study}.db'}") as store:
+        found = next(r for r in store.ranked(study) if r.genome.hash.startswith(prefix))
+        return found.genome, found.measurement
+
+
+@pytest.mark.slow
+def test_a_workload_exports_as_one_package_that_says_which_kernel_serves_which_m(
+        tmp_path: Path) -> None:
+    """Two studies made by the real command (a bucket 1-16 as its fixed-M stand-in, an exact
+    M=64), each given the seed library's kernel of its shape, verified and built here, with the
+    measurement an H200 study recorded of it; then `tsopt export --workload` and the package's
+    routing table, loaded with torch and the package alone."""
+    from tsopt.core.registry import get_space
+    from tsopt.db.store import Store
+    from tsopt.search.pipeline import CandidatePipeline
+
+    (tmp_path / "w.toml").write_text(
+        'name = "pair"\n[[problem]]\nname = "up"\nn = 4096\nk = 4096\nm = "1-16"\n'
+        '[[problem]]\nname = "down"\nn = 4096\nk = 4096\nm = 64\n')
+    tuned = tsopt("tune", "gemm", "--workload", "w.toml", "--built", "1", "--db",
+                  "sqlite:///w.db", cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.stdout + tuned.stderr
+    studies = {16: "gemm-bf16-16x4096x4096-sm_90a-standin-1-16", 64: "gemm-bf16-64x4096x4096-sm_90a"}
+    space = get_space("gemm")
+    with Store(f"sqlite:///{tmp_path / 'w.db'}") as store:
+        for m, study in studies.items():
+            genome, measurement = _archived(m, tmp_path)
+            problem = store.get_study(study).problem  # type: ignore[union-attr]
+            pipeline = CandidatePipeline(store, space, problem, "sm_90a", study,
+                                         tmp_path / ".tsopt" / "artifacts")
+            candidate = store.candidate_id(study, genome.hash) or store.add_candidate(
+                study, genome, "seed")  # type: ignore[arg-type]
+            assert pipeline.verify(candidate, genome).valid  # type: ignore[arg-type]
+            assert pipeline.build(candidate, genome).ok  # type: ignore[arg-type]
+            assert store.record_measurement(candidate, measurement, "h200-archive")  # type: ignore[arg-type]
+    exported = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg",
+                     cwd=tmp_path)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    text = " ".join(exported.stdout.split())
+    assert "fixed M=16: a FIXED-M STAND-IN for bucket 1-16, serving its one M" in text, text
+    assert "as torch.ops.tsopt.gemm_bf16_64x4096x4096 in gemm_bf16_64x4096x4096/, fixed M=64" in text
+    manifest = json.loads((tmp_path / "pkg" / "manifest.json").read_text())
+    kernels = {k["name"]: k for k in manifest["kernels"]}
+    assert {n: (k["m_range"], k["runtime_m"], k["serving"]["kernel"]) for n, k in kernels.items()} == {
+        "gemm_bf16_16x4096x4096": ([16, 16], False, STANDIN),
+        "gemm_bf16_64x4096x4096": ([64, 64], False, FIXED_M)}
+    assert kernels["gemm_bf16_16x4096x4096"]["serving"]["bucket"] == [1, 16]
+    probe = (
+        "import sys, json, warnings, torch; sys.path.insert(0, 'pkg'); import torch_ops\n"
+        "torch_ops.load('pkg', preload=False)\n"
+        "route = {m: getattr(torch_ops.kernel_for('gemm', 'bf16', (('m', m), ('n', 4096), "
+        "('k', 4096))), 'name', None) for m in (1, 16, 17, 64, 65)}\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    out = torch.ops.tsopt.gemm(torch.zeros(20, 4096, dtype=torch.bfloat16), "
+        "torch.zeros(4096, 4096, dtype=torch.bfloat16))\n"
+        "print(json.dumps({'route': route, 'warned': [str(w.message) for w in seen], "
+        "'shape': list(out.shape)}))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    loaded = subprocess.run([sys.executable, "-I", "-c", probe], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert loaded.returncode == 0, loaded.stderr
+    found = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert found["route"] == {"1": None, "16": "gemm_bf16_16x4096x4096", "17": None,
+                              "64": "gemm_bf16_64x4096x4096", "65": None}
+    assert found["shape"] == [20, 4096] and len(found["warned"]) == 1
+    assert "m=20 n=4096 k=4096: no tuned kernel" in found["warned"][0]

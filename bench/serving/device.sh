@@ -12,14 +12,14 @@ export PYTHONPATH=$PWD
   python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
   for bundle in "$BUNDLES"/*/; do
     echo "== measure $bundle"
-    timeout 240 python3 -m tsopt.workers.runner --bundle "$bundle" 2>&1 | tail -4
+    timeout 75 python3 -m tsopt.workers.runner --bundle "$bundle" 2>&1 | tail -4
+    cp "$bundle"results.json "$OUT/$(basename "$bundle").results.json" 2>/dev/null
   done
-  tar -cf "$OUT/results.tar" -C "$BUNDLES" $(cd "$BUNDLES" && ls -d */results.json)
   # The first artifact of each bundle: one fixed-M kernel per bucket stand-in.
   artifacts=$(for bundle in "$BUNDLES"/*/; do ls -d "$bundle"artifacts/* | head -1; done | paste -sd,)
   echo "== per-M path on $artifacts"
-  timeout 200 python3 bench/serving/per_m_check.py "$artifacts" --json "$OUT/per_m.json" 2>&1 | tail -12
+  timeout 100 python3 bench/serving/per_m_check.py "$artifacts" --json "$OUT/per_m.json" 2>&1 | tail -12
   echo "== dispatch"
-  timeout 300 python3 bench/serving/check_dispatch.py --artifacts "$artifacts" --json "$OUT/dispatch.json" 2>&1 | tail -60
+  timeout 170 python3 bench/serving/check_dispatch.py --passes 9 --artifacts "$artifacts" --json "$OUT/dispatch.json" 2>&1 | tail -60
 } > "$OUT/device.log" 2>&1
 tail -80 "$OUT/device.log"
