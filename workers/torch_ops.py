@@ -110,7 +110,7 @@ def _gemm_fake_shape(tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
     a, b = tensors
     if a.dim() != 2 or b.dim() != 2 or a.dtype != b.dtype:
         _gemm_sizes(tensors)  # raises, naming what is wrong
-    torch._check(a.shape[1] == b.shape[1], lambda: (
+    torch._check(a.shape[1] == b.shape[1], lambda: (  # type: ignore[no-untyped-call]
         f"torch.ops.{NAMESPACE}.gemm computes a @ b.T of a (m, k) and b (n, k); got a "
         f"{list(a.shape)} and b {list(b.shape)}"))
     return (a.shape[0], b.shape[0])
@@ -568,7 +568,7 @@ def load(directory: Path | str | None = None, preload: bool | None = None) -> Ke
             ranged = _RANGED.setdefault((kernel.op, kernel.dtype, kernel.fixed_sizes), [])
             if _known(kernel) is None:
                 ranged.append(kernel)
-                ranged.sort(key=lambda k: (k.m_range[1] - k.m_range[0], k.m_range[0]))
+                ranged.sort(key=_narrowest_first)
         else:
             _TABLE.setdefault((kernel.op, kernel.dtype, kernel.sizes), kernel)
     for routes in _ROUTES.values():
@@ -577,6 +577,11 @@ def load(directory: Path | str | None = None, preload: bool | None = None) -> Ke
         for kernel in package.kernels:
             _library(kernel).load_module()
     return package
+
+
+def _narrowest_first(kernel: PackagedKernel) -> tuple[int, int]:
+    lo, hi = kernel.m_range or (0, 0)
+    return (hi - lo, lo)
 
 
 def _table_key(kernel: PackagedKernel) -> tuple[Any, ...]:

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch._dynamo
 
 ROOT = Path(__file__).resolve().parents[2]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -196,8 +197,6 @@ def check_group(ops: Any, group: list[Any], checks: Checks, sleeper: Sleeper,
                 checks.check(f"refuse {kernel.name} {what}", expect in text and "\n" not in text,
                              text[:160])
     # 3. torch.compile, dynamic M
-    import torch._dynamo
-
     torch._dynamo.reset()
     frames = {"n": 0}
 
@@ -217,7 +216,7 @@ def check_group(ops: Any, group: list[Any], checks: Checks, sleeper: Sleeper,
             warnings.simplefilter("ignore")
             for m in served + outside:
                 out = compiled(xs[m])
-                ref = torch.nn.functional.silu((xs[m].float() @ b.float().t())).to(dtype)
+                ref = torch.nn.functional.silu(xs[m].float() @ b.float().t()).to(dtype)
                 errs[m] = float(torch.linalg.vector_norm((out.float() - ref.float()).double())
                                 / torch.linalg.vector_norm(ref.double()))
         ok = frames["n"] == 1 and max(errs.values()) <= 2 * REL_TOL[first.dtype]
@@ -270,8 +269,8 @@ def check_group(ops: Any, group: list[Any], checks: Checks, sleeper: Sleeper,
     for m in served:
         a = xs[m]
         rows: dict[str, list[float]] = {"torch.matmul": [], "torch.ops.tsopt.gemm": []}
-        fns = {"torch.matmul": lambda: torch.matmul(a, b.t()),
-               "torch.ops.tsopt.gemm": lambda: torch.ops.tsopt.gemm(a, b)}
+        fns = {"torch.matmul": lambda a=a: torch.matmul(a, b.t()),
+               "torch.ops.tsopt.gemm": lambda a=a: torch.ops.tsopt.gemm(a, b)}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for fn in fns.values():
@@ -314,7 +313,7 @@ def main() -> int:
                               "genome_hash": k.genome_hash} for k in loaded.kernels]
     print(f"{len(loaded.kernels)} kernels: " + ", ".join(
         f"{k.name} ({'runtime M ' if k.runtime_m else 'fixed M '}{k.m_range[0]}-{k.m_range[1]})"
-        for k in loaded.kernels), flush=True)
+        if k.m_range else k.name for k in loaded.kernels), flush=True)
     groups: dict[tuple[Any, ...], list[Any]] = {}
     for kernel in loaded.kernels:
         if kernel.op == "gemm":
@@ -323,7 +322,7 @@ def main() -> int:
     for group in groups.values():
         try:
             check_group(ops, group, checks, sleeper, args.passes, args.calls)
-        except Exception as exc:  # noqa: BLE001
+        except Exception:  # noqa: BLE001
             checks.check("group", False, traceback.format_exc()[-600:])
     checks.doc["failed"] = checks.failed
     print(f"failed: {', '.join(checks.failed) or 'none'}", flush=True)
