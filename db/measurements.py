@@ -35,6 +35,7 @@ class MeasurementRecords(Database):
             for derived in ("genome_hash", "problem_key"):
                 fields.pop(derived)
             fields["conditions_json"] = json.dumps(fields.pop("conditions"), sort_keys=True)
+            fields["per_m_json"] = json.dumps(fields.pop("per_m"), sort_keys=True)
             fresh = MeasurementRow(candidate_id=candidate_id, run_id=run_id,
                                    wait_s=None if wait_s is None else max(0.0, wait_s), **fields)
             return self._insert_or_get(session, fresh, lookup) is fresh

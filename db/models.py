@@ -253,6 +253,9 @@ class MeasurementRow(Base):
     # Revision 0006: how long the candidate waited for a GPU (from the driver's queueing to
     # the result, less ``seconds``, the measuring worker's own time).
     wait_s: Mapped[float | None] = mapped_column(Float)
+    # A runtime-M kernel's paired figures at each M it was measured at (revision 0010;
+    # Measurement.per_m), "[]" for one measured at its one M.
+    per_m_json: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")
 
 
 class BaselineRow(Base):

@@ -135,6 +135,7 @@ def measurement_record(row: MeasurementRow, genome_hash: str, problem_key: str) 
         rounds=row.rounds or 0,
         conditions=json.loads(row.conditions_json or "{}"),
         launch=row.launch or "isolated",
+        per_m=json.loads(row.per_m_json or "[]"),
     )
 
 

@@ -313,6 +313,11 @@ def export(
                                 "kernel per problem and a dispatch table (torch_ops.py)."),
     study_option: list[str] = typer.Option(None, "--study", help="A study (repeatable; with "
                                            "--studies and STUDY: all of them, as one package)."),
+    workload: Path = typer.Option(None, help="The studies `tsopt tune gemm --workload FILE` "
+                                  "made (every bucket and exact M of every problem) that have a "
+                                  "timed candidate, as one package; the others are named and "
+                                  "fall back to torch.matmul."),
+    arch: str = typer.Option("sm_90a", help="With --workload: the arch its studies target."),
     rank: int = typer.Option(1, help="1 = best correct timed candidate, 2 = runner-up, ..."),
     force: bool = typer.Option(False, help="Replace an earlier export in --out: only the files "
                                "its manifest lists (other files are kept)."),
@@ -322,6 +327,11 @@ def export(
     with _Guard(db):
         from tsopt.app.export import export_command, study_list
         names = study_list(study, study_option or [], studies)
+        if workload is not None:
+            from tsopt.app.serving_tune import workload_export_studies
+
+            names += [n for n in workload_export_studies(workload, arch, db, console)
+                      if n not in names]
         code = export_command(studies=names, out=out, rank=rank, force=force, db_url=db, console=console)
     raise typer.Exit(code)
 

@@ -41,6 +41,7 @@ from tsopt.workers.faults import KernelFault, fault_from_torch, status_of_cuda_e
 from tsopt.workers.loader import KernelLibrary, KernelLoadError, load_kernel
 from tsopt.workers.nvml import device_nvml
 from tsopt.workers.paired import PairedSettings, PairedTimer
+from tsopt.workers.range_measure import artifact_m_range, loader_launch, measure_at_ms, samples_for
 from tsopt.workers.reference import CheckResult, OpReference, reference_for
 from tsopt.workers.session import Session, Timing
 
@@ -87,8 +88,12 @@ def load_module(lib: KernelLibrary) -> None:
 def measure_artifact(
     artifact_dir: Path, runs: int = 50, warmup: int = 10, checks: int = 2,
     on_checked: Callable[[dict[str, Any]], None] | None = None, launch: str = DEFAULT_LAUNCH,
+    m_samples: Sequence[int] | None = None,
 ) -> Measurement:
     """Check and time one artifact in this process; never raises for the candidate's faults.
+
+    A runtime-M kernel (``m_range`` in its artifact.json) is measured at several M
+    (tsopt.workers.range_measure), or at ``m_samples`` where given (each inside its range).
 
     Returns a Measurement with status ``ok`` (timed), ``wrong``, ``crash`` or ``launch_error``
     (including "no GPU here"). A deadlocked kernel blocks this call forever: isolate it with
@@ -115,6 +120,7 @@ def measure_artifact(
         base["problem_key"] = problem.key
         reference = reference_for(problem)
         reference.check_tensors(manifest.tensors)
+        samples = samples_for(problem, artifact_m_range(artifact_dir), m_samples)
         lib = device.open_library(artifact_dir, manifest)
     except (ArtifactError, ProblemError, KernelLoadError) as exc:
         return failed("launch_error", f"cannot load the artifact: {exc}")
@@ -134,6 +140,12 @@ def measure_artifact(
     try:
         session = device.new_session(cuda)
         with torch.cuda.stream(session.stream):
+            if samples:
+                load_module(lib)
+                buffers = session.allocate(reference, manifest.tensors)
+                return check_and_time_at_ms(samples, artifact_dir, lib, reference,
+                                            manifest.tensors, buffers, session, runs, warmup,
+                                            checks, on_checked, base, started, launch=launch)
             return measure_loaded(lib, reference, manifest, session, runs, warmup, checks,
                                   on_checked, base, started, launch=launch,
                                   user_call=exported_call(artifact_dir) if launch == "eager"
@@ -177,17 +189,19 @@ def check_and_time(
     session: Session, runs: int, warmup: int, checks: int,
     on_checked: Callable[[dict[str, Any]], None] | None, base: dict[str, Any], started: float,
     *, launch: str = DEFAULT_LAUNCH, user_call: Callable[[BufferSet], None] | None = None,
+    kernel_launch: Callable[[BufferSet], None] | None = None,
 ) -> Measurement:
     """Check a loaded candidate on ``buffers``, time it paired with the vendor baseline in the
     ``launch`` mode, and check it again after back-to-back launches. ``user_call``: the
-    candidate as its export's user calls it (:func:`exported_call`), which ``eager`` times.
+    candidate as its export's user calls it (:func:`exported_call`), which ``eager`` times;
+    ``kernel_launch``: how it is launched (default: ``tsopt_launch`` on the sets' pointers).
 
     ``runs`` and ``warmup`` no longer fix the repetitions: the paired rounds warm up until the
     clock settles and stop on a ±0.5 % interval or the time cap (tsopt.workers.paired); they
     remain the watchdog's budget (tsopt.workers.limits).
     """
     torch.set_float32_matmul_precision("highest")  # the reference must not use TF32
-    run = _kernel_launcher(lib, session, tensors)
+    run = kernel_launch or _kernel_launcher(lib, session, tensors)
     worst = 0.0
     first = buffers.sets[0]
     for i in range(checks):
@@ -243,6 +257,32 @@ def check_and_time(
         rounds=paired.rounds, conditions=conditions,
         seconds=round(time.perf_counter() - started, 3), **{**base, "launch": launch},
     )
+
+
+def check_and_time_at_ms(
+    samples: Sequence[int], artifact_dir: Path, lib: KernelLibrary, reference: OpReference,
+    tensors: Sequence[TensorDesc], buffers: Buffers, session: Session, runs: int, warmup: int,
+    checks: int, on_checked: Callable[[dict[str, Any]], None] | None, base: dict[str, Any],
+    started: float, *, launch: str = DEFAULT_LAUNCH,
+) -> Measurement:
+    """:func:`check_and_time` at each M of ``samples`` on views of ``buffers`` (made at the
+    range's top M), the kernel launched through its loader (M from A), combined into one
+    Measurement with ``per_m`` (tsopt.workers.range_measure)."""
+    run = loader_launch(artifact_dir, session.device.index or 0)
+    user = load_kernel(artifact_dir) if launch == "eager" else None
+
+    def one(at_m: OpReference, tensors_m: list[TensorDesc], views: Buffers,
+            kernel_launch: Callable[[BufferSet], None], first: bool) -> Measurement:
+        def user_call(bset: BufferSet) -> None:
+            assert user is not None
+            user(*bset.inputs, out=bset.outputs)
+
+        return check_and_time(lib, at_m, tensors_m, views, session, runs, warmup, checks,
+                              on_checked if first else None, base, started, launch=launch,
+                              user_call=user_call if user is not None else None,
+                              kernel_launch=kernel_launch)
+
+    return measure_at_ms(samples, reference.problem, tensors, buffers, run, one, started)
 
 
 # -- the vendor alone ----------------------------------------------------------------------

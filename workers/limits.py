@@ -71,6 +71,14 @@ class Limits:
             timing_s=TIMING_FLOOR_S + (MAX_SLOWDOWN + 2) * base_s * (warmup + runs),
         )
 
+    def at_ms(self, count: int) -> Limits:
+        """The deadlines of a runtime-M kernel measured at ``count`` Ms
+        (tsopt.workers.range_measure): the first M's check opens the timing phase, which then
+        holds every M's timing and the later Ms' checks."""
+        if count <= 1:
+            return self
+        return Limits(self.startup_s, self.check_s, (self.check_s + self.timing_s) * count)
+
     @classmethod
     def for_probe(cls) -> Limits:
         return cls(startup_s=STARTUP_LIMIT_S, check_s=PROBE_LIMIT_S, timing_s=PROBE_LIMIT_S)

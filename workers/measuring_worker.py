@@ -25,6 +25,7 @@ from tsopt.workers.candidate import (
     baseline_launcher,
     baseline_record,
     check_and_time,
+    check_and_time_at_ms,
     exported_call,
     failure_report,
     load_module,
@@ -32,6 +33,7 @@ from tsopt.workers.candidate import (
 from tsopt.workers.faults import STICKY_STATUSES, KernelFault, fault_from_torch
 from tsopt.workers.loader import KernelLibrary, KernelLoadError
 from tsopt.workers.protocol import CommandReader, Reporter
+from tsopt.workers.range_measure import artifact_m_range, samples_for
 from tsopt.workers.reference import OpReference, reference_for
 from tsopt.workers.session import Session, Timing
 
@@ -106,7 +108,8 @@ class MeasuringWorker:
         return self._candidate(Path(command["artifact"]), str(command["genome_hash"]),
                                int(command["runs"]), int(command["warmup"]),
                                int(command["checks"]), bool(command.get("paired", False)),
-                               str(command.get("launch", DEFAULT_LAUNCH)))
+                               str(command.get("launch", DEFAULT_LAUNCH)),
+                               command.get("m_samples"))
 
     # -- the vendor baseline ---------------------------------------------------------------
     def _baseline_failed(self, problem_key: str, status: str, message: str) -> str | None:
@@ -161,10 +164,12 @@ class MeasuringWorker:
 
     # -- a candidate -----------------------------------------------------------------------
     def _candidate(self, artifact_dir: Path, genome_hash: str, runs: int, warmup: int,
-                   checks: int, paired: bool, launch: str = DEFAULT_LAUNCH) -> str | None:
+                   checks: int, paired: bool, launch: str = DEFAULT_LAUNCH,
+                   m_samples: Any = None) -> str | None:
         state = self.state
         self.current = (genome_hash, state.problem.key if state is not None else "")
-        measured = self.measure(artifact_dir, genome_hash, runs, warmup, checks, paired, launch)
+        measured = self.measure(artifact_dir, genome_hash, runs, warmup, checks, paired, launch,
+                                m_samples)
         self.measured += 1
         exiting = None
         if measured.status in STICKY_STATUSES:
@@ -175,11 +180,14 @@ class MeasuringWorker:
         return exiting
 
     def measure(self, artifact_dir: Path, genome_hash: str, runs: int, warmup: int,
-                checks: int, paired: bool = True, launch: str = DEFAULT_LAUNCH) -> Measurement:
+                checks: int, paired: bool = True, launch: str = DEFAULT_LAUNCH,
+                m_samples: Any = None) -> Measurement:
         """Check and time one artifact on the held problem's buffers; never raises for it.
 
         ``paired``: time the vendor right after it on the same buffers (else use the worker's
-        timing of the problem); ``launch``: the launch mode both are timed in.
+        timing of the problem); ``launch``: the launch mode both are timed in. A runtime-M
+        kernel is measured at several M (``m_samples``, else its range's sample; see
+        tsopt.workers.range_measure), always paired.
         """
         started = time.perf_counter()
         state = self.state
@@ -208,6 +216,10 @@ class MeasuringWorker:
                 raise KernelLoadError(f"it was built for {problem.key}; this worker holds "
                                       f"{state.problem.key}")
             state.reference.check_tensors(manifest.tensors)
+            if m_samples is not None and (not isinstance(m_samples, list) or not all(
+                    isinstance(m, int) and not isinstance(m, bool) for m in m_samples)):
+                raise KernelLoadError(f"m_samples {m_samples!r} is not a list of integers")
+            samples = samples_for(problem, artifact_m_range(artifact_dir), m_samples)
             lib = device.open_library(artifact_dir, manifest)
         except (ArtifactError, ProblemError, KernelLoadError) as exc:
             return failed("launch_error", f"cannot load the artifact: {exc}")
@@ -217,6 +229,12 @@ class MeasuringWorker:
         try:
             with torch.cuda.stream(session.stream):
                 load_module(lib)
+                if samples:
+                    return check_and_time_at_ms(
+                        samples, artifact_dir, lib, state.reference, manifest.tensors,
+                        state.buffers, session, runs, warmup, checks,
+                        lambda info: self.reporter.send("checked", **info), base, started,
+                        launch=launch)
                 return check_and_time(
                     lib, state.reference, manifest.tensors, state.buffers, session, runs,
                     warmup, checks, lambda info: self.reporter.send("checked", **info), base,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from tsopt.core.buckets import samples_of
 from tsopt.core.bundle import Baseline
 from tsopt.core.problem import Problem
 from tsopt.core.records import DEFAULT_LAUNCH, Measurement
@@ -44,12 +45,12 @@ def probe_baseline(
 
 def _candidate_outcome(
     artifact_dir: Path, baseline_us: float, runs: int, warmup: int, checks: int,
-    gpu: int | None, launch: str = DEFAULT_LAUNCH,
+    gpu: int | None, launch: str = DEFAULT_LAUNCH, ms: int = 1,
 ) -> ChildOutcome:
     argv = watchdog.runner_argv("measure", "--artifact", str(Path(artifact_dir).resolve()),
                                 "--runs", str(runs), "--warmup", str(warmup),
                                 "--checks", str(checks), "--launch", launch)
-    limits = Limits.for_candidate(baseline_us, runs, warmup, checks)
+    limits = Limits.for_candidate(baseline_us, runs, warmup, checks).at_ms(ms)
     return watchdog.run_child(argv, limits, env=watchdog.child_env(gpu))
 
 
@@ -80,6 +81,7 @@ class ProcessMeasurer(Measurer):
         probe = self.probe(problem)
         self.stats.processes += 1
         outcome = _candidate_outcome(artifact_dir, probe.baseline.median_us, self.runs,
-                                     self.warmup, self.checks, self.gpu, self.launch)
+                                     self.warmup, self.checks, self.gpu, self.launch,
+                                     samples_of(problem))
         self.last_pid = outcome.pid
         return outcome_to_measurement(outcome, genome_hash, problem.key)

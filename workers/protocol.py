@@ -21,7 +21,10 @@ Worker commands::
                                               buffers, allocate this one's, time the baseline
     {"cmd": "measure", "artifact": DIR, "genome_hash": H, "runs": R, "warmup": W, "checks": C,
      "paired": true, "launch": "graph"}      (paired: time the vendor after the candidate;
-                                              launch: the mode both are timed in)
+                                              launch: the mode both are timed in; optional
+                                              "m_samples": [M, ...]: the Ms a runtime-M kernel
+                                              is measured at, each inside its m_range; absent:
+                                              tsopt.core.buckets.sample_ms of the range)
     {"cmd": "baseline"}                       time the baseline again on the same buffers
     (end of file)                             exit
 

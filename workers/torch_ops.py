@@ -21,6 +21,14 @@ Two kinds of op:
   (``torch.matmul(a, b.t())``, ``src.clone()``) and warns once per shape, saying why
   (:class:`FallbackWarning`; :func:`fallbacks` lists them).
 
+A GEMM kernel serves an M range (``m_range`` in the manifest: ``[M, M]`` for a fixed-M kernel,
+``[lo, hi]`` for a runtime-M one, ``runtime_m`` true). The dispatcher routes a call by its M,
+for its (dtype, N, K): the fixed-M kernel of exactly that M first, else the narrowest range
+holding M (the lower start on a tie), else torch with the warning. A runtime-M kernel's own op
+takes any M of its range and names the expected size of whatever differs (``b: N=4097,
+expected N=4096``). Neither fake implementation reads M as a number, so a model compiled
+with a dynamic M traces once for every M.
+
 Both are registered through ``torch.library.Library`` (a schema and a plain Python kernel: the
 dispatcher calls it directly, without ``torch.library.custom_op``'s per-call wrapper) and have
 a fake (meta) implementation, so ``torch.compile(fullgraph=True)`` traces a model that calls
@@ -96,6 +104,25 @@ def _gemm_sizes(tensors: Sequence[torch.Tensor]) -> Sizes:
     return (("m", int(a.shape[0])), ("n", int(b.shape[0])), ("k", int(a.shape[1])))
 
 
+def _gemm_fake_shape(tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
+    """The dispatcher's output shape while tracing: (M, N) as the tensors hold them (M may be
+    symbolic: a dynamic batch, never specialised to a number here)."""
+    a, b = tensors
+    if a.dim() != 2 or b.dim() != 2 or a.dtype != b.dtype:
+        _gemm_sizes(tensors)  # raises, naming what is wrong
+    torch._check(a.shape[1] == b.shape[1], lambda: (  # type: ignore[no-untyped-call]
+        f"torch.ops.{NAMESPACE}.gemm computes a @ b.T of a (m, k) and b (n, k); got a "
+        f"{list(a.shape)} and b {list(b.shape)}"))
+    return (a.shape[0], b.shape[0])
+
+
+def _copy_fake_shape(tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
+    (src,) = tensors
+    if src.dim() != 2:
+        _copy_sizes(tensors)
+    return tuple(src.shape)
+
+
 def _copy_sizes(tensors: Sequence[torch.Tensor]) -> Sizes:
     (src,) = tensors
     if src.dim() != 2:
@@ -115,13 +142,16 @@ class OpKind:
     out_shape: Callable[[Sizes], tuple[int, ...]]
     fallback: Callable[[Sequence[torch.Tensor]], torch.Tensor]
     fallback_name: str
+    fake_shape: Callable[[Sequence[torch.Tensor]], tuple[Any, ...]]
 
 
 OP_KINDS: dict[str, OpKind] = {
     "gemm": OpKind("gemm", ("a", "b"), _gemm_sizes, lambda s: (s[0][1], s[1][1]),
-                   lambda t: torch.matmul(t[0], t[1].t()), "torch.matmul(a, b.t())"),
+                   lambda t: torch.matmul(t[0], t[1].t()), "torch.matmul(a, b.t())",
+                   _gemm_fake_shape),
     "copy": OpKind("copy", ("src",), _copy_sizes, lambda s: (s[0][1], s[1][1]),
-                   lambda t: t[0].clone(memory_format=torch.contiguous_format), "src.clone()"),
+                   lambda t: t[0].clone(memory_format=torch.contiguous_format), "src.clone()",
+                   _copy_fake_shape),
 }
 
 
@@ -138,6 +168,11 @@ class PackagedKernel:
     genome_hash: str
     inputs: tuple[Any, ...]  # loader.TensorSpec, in call order
     output: Any  # loader.TensorSpec
+    m_range: tuple[int, int] | None = None
+    """The Ms a GEMM kernel serves: (M, M) for a fixed-M kernel, (lo, hi) for a runtime-M one;
+    None for an op without M."""
+    runtime_m: bool = False
+    """M is the launch's (A's first dimension): one kernel for every M of ``m_range``."""
 
     @property
     def qualified(self) -> str:
@@ -145,7 +180,15 @@ class PackagedKernel:
 
     @property
     def problem_text(self) -> str:
+        if self.runtime_m and self.m_range is not None:
+            rest = "x".join(str(v) for n, v in self.sizes if n != "m")
+            return f"{self.op} {self.dtype} {self.m_range[0]}-{self.m_range[1]}x{rest}"
         return f"{self.op} {self.dtype} " + "x".join(str(v) for _, v in self.sizes)
+
+    @property
+    def fixed_sizes(self) -> Sizes:
+        """Its sizes but M: the (N, K) a call must match to be routed to it."""
+        return tuple((n, v) for n, v in self.sizes if n != "m")
 
 
 @dataclass(frozen=True)
@@ -198,6 +241,34 @@ def _kernel_entries(directory: Path) -> list[dict[str, Any]]:
              "genome_hash": doc.get("genome_hash", "")}]
 
 
+def _m_range(entry: dict[str, Any], kernel_dir: Path, op: str,
+             sizes: Sizes) -> tuple[tuple[int, int] | None, bool]:
+    """A GEMM kernel's M range and whether M is the launch's, from its manifest entry and its
+    artifact.json (which must agree); an entry written before ranges is a fixed-M kernel."""
+    if op != "gemm":
+        return None, False
+    m = dict(sizes)["m"]
+    try:
+        doc = json.loads((kernel_dir / "artifact.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise KernelLoadError(f"{kernel_dir}: artifact.json unreadable ({exc})") from None
+    built = doc.get("m_range")
+    runtime_m = bool(entry.get("runtime_m", built is not None))
+    listed = entry.get("m_range")
+    found = listed if listed is not None else (built if built is not None else [m, m])
+    if (not isinstance(found, list) or len(found) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in found)
+            or not 1 <= found[0] <= found[1]):
+        raise KernelLoadError(f"{kernel_dir}: m_range {found!r} is not [lo, hi]")
+    if runtime_m and (built is None or list(built) != list(found)):
+        raise KernelLoadError(f"{kernel_dir}: the manifest says a runtime-M kernel for M "
+                              f"{found[0]}-{found[1]}, its artifact.json m_range is {built!r}")
+    if not runtime_m and found != [m, m]:
+        raise KernelLoadError(f"{kernel_dir}: a fixed-M kernel for M={m} cannot serve M "
+                              f"{found[0]}-{found[1]}")
+    return (int(found[0]), int(found[1])), runtime_m
+
+
 def read_package(directory: Path | str) -> KernelPackage:
     """The kernels an export holds (reads its manifests; registers nothing, opens nothing)."""
     root = Path(directory).resolve()
@@ -215,10 +286,12 @@ def read_package(directory: Path | str) -> KernelPackage:
             raise KernelLoadError(f"{kernel_dir}: a {op} kernel takes {OP_KINDS[op].arguments} "
                                   f"and writes one output; artifact.json lists "
                                   f"{[t.name for t in artifact.tensors]}")
+        sizes = tuple((str(n), int(v)) for n, v in entry["sizes"])
+        m_range, runtime_m = _m_range(entry, kernel_dir, op, sizes)
         kernels.append(PackagedKernel(
-            name=str(entry["name"]), op=op, dtype=str(entry["dtype"]),
-            sizes=tuple((str(n), int(v)) for n, v in entry["sizes"]), directory=kernel_dir,
-            genome_hash=str(entry.get("genome_hash", "")), inputs=inputs, output=outputs[0]))
+            name=str(entry["name"]), op=op, dtype=str(entry["dtype"]), sizes=sizes,
+            directory=kernel_dir, genome_hash=str(entry.get("genome_hash", "")), inputs=inputs,
+            output=outputs[0], m_range=m_range, runtime_m=runtime_m))
     return KernelPackage(root, tuple(kernels))
 
 
@@ -237,11 +310,59 @@ def input_problems(kernel: PackagedKernel, tensors: Sequence[Any], tracing: bool
     return found
 
 
+def range_input_problems(kernel: PackagedKernel, tensors: Sequence[Any],
+                         tracing: bool = False) -> list[str]:
+    """:func:`input_problems` for a runtime-M GEMM kernel: its inputs at the call's M (A's
+    rows; symbolic while tracing, and then not range-checked), every other size named with
+    the one expected (``a: K=4000, expected K=4096``; ``a: M=300, outside the kernel's range
+    1-256``), then the checks of dtype, device, layout and alignment."""
+    assert kernel.m_range is not None
+    if len(tensors) != 2 or not all(isinstance(t, torch.Tensor) for t in tensors):
+        return input_problems(kernel, tensors, tracing)
+    a, b = tensors
+    sizes = dict(kernel.sizes)
+    lo, hi = kernel.m_range
+    found = []
+    if a.dim() != 2 or b.dim() != 2:
+        return [f"a and b must be 2-D (a (M, K), b (N, K)); got a {list(a.shape)}, b "
+                f"{list(b.shape)}"]
+    a_sizes, b_sizes = [], []
+    if not tracing and not lo <= int(a.shape[0]) <= hi:
+        a_sizes.append(f"M={int(a.shape[0])}, outside the kernel's range {lo}-{hi}")
+    if a.shape[1] != sizes["k"]:
+        a_sizes.append(f"K={a.shape[1]}, expected K={sizes['k']}")
+    if b.shape[0] != sizes["n"]:
+        b_sizes.append(f"N={b.shape[0]}, expected N={sizes['n']}")
+    if b.shape[1] != sizes["k"]:
+        b_sizes.append(f"K={b.shape[1]}, expected K={sizes['k']}")
+    devices = {t.device for t in tensors if t.is_cuda}
+    for spec, tensor, named in zip(kernel.inputs, tensors, (a_sizes, b_sizes), strict=True):
+        # The shape is judged above, size by size; the rest as for any kernel.
+        at_call = _loader.TensorSpec(spec.name, spec.role, tuple(tensor.shape), spec.dtype)
+        problems = named + _loader.tensor_problems(at_call, tensor, tracing)
+        if len(devices) > 1 and tensor.is_cuda:
+            problems.append(f"on {tensor.device}, while the inputs span {sorted(map(str, devices))}")
+        if problems:
+            found.append(f"{spec.name}: " + ", ".join(problems))
+    return found
+
+
+def _problems(kernel: PackagedKernel, tensors: Sequence[Any], tracing: bool = False) -> list[str]:
+    if kernel.runtime_m:
+        return range_input_problems(kernel, tensors, tracing)
+    return input_problems(kernel, tensors, tracing)
+
+
 def _refuse(kernel: PackagedKernel, problems: list[str]) -> ValueError:
     """The one error naming every problem of every input (a KernelInputError)."""
+    if kernel.runtime_m and kernel.m_range is not None:
+        sizes = dict(kernel.sizes)
+        wants = (f"a {kernel.dtype}[M, {sizes['k']}] for M in {kernel.m_range[0]}-"
+                 f"{kernel.m_range[1]}, b {kernel.dtype}[{sizes['n']}, {sizes['k']}]")
+    else:
+        wants = ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in kernel.inputs)
     return KernelInputError(
-        f"{kernel.qualified} (tuned for {kernel.problem_text}, inputs "
-        + ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in kernel.inputs)
+        f"{kernel.qualified} (tuned for {kernel.problem_text}, inputs " + wants
         + f" on a CUDA device, contiguous, {_loader.TMA_ALIGNMENT}-byte aligned): " + "; ".join(problems)
         + f". torch.ops.{NAMESPACE}.{kernel.op} takes any shape (falling back to torch).")
 
@@ -249,6 +370,8 @@ def _refuse(kernel: PackagedKernel, problems: list[str]) -> ValueError:
 # -- registration ------------------------------------------------------------------------------
 _KERNELS: dict[str, PackagedKernel] = {}  # op name -> kernel
 _TABLE: dict[tuple[str, str, Sizes], PackagedKernel] = {}  # (op, dtype, sizes) -> kernel
+# (op, dtype, sizes but M) -> its runtime-M kernels, narrowest range first (then lowest start)
+_RANGED: dict[tuple[str, str, Sizes], list[PackagedKernel]] = {}
 _LOADED: dict[str, Any] = {}  # op name -> loader.LoadedKernel, opened on first use
 _DISPATCHERS: set[str] = set()
 _FALLBACKS: dict[tuple[str, str, Sizes], tuple[set[str], list[int]]] = {}  # -> (reasons, [calls])
@@ -267,13 +390,16 @@ def _library(kernel: PackagedKernel) -> Any:
     return loaded
 
 
-def _launcher(kernel: PackagedKernel) -> Callable[[Sequence[torch.Tensor]], torch.Tensor]:
+def _launcher(kernel: PackagedKernel, shape: tuple[int, ...] | None = None
+              ) -> Callable[[Sequence[torch.Tensor]], torch.Tensor]:
     """The launch of ``kernel`` on inputs whose signature passed its checks: the output
-    allocated on their device, the kernel launched on its current stream."""
+    (``shape``: a runtime-M kernel's at the call's M; else its one) allocated on their device,
+    the kernel launched on its current stream."""
     loaded = _library(kernel)
     loaded.load_module()
     launch = loaded.launch
-    shape, dtype = kernel.output.shape, TORCH_DTYPES[kernel.output.dtype]
+    shape = kernel.output.shape if shape is None else shape
+    dtype = TORCH_DTYPES[kernel.output.dtype]
 
     def run(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         device = tensors[0].device
@@ -313,19 +439,21 @@ def _register_kernel(kernel: PackagedKernel) -> None:
         key = signature(tensors)
         launcher = passed.get(key)
         if launcher is None:
-            problems = input_problems(kernel, tensors)
+            problems = _problems(kernel, tensors)
             if problems:
                 raise _refuse(kernel, problems)
-            launcher = _launcher(kernel)
+            launcher = _launcher(kernel, _output_shape(kernel, tensors))
             remember(passed, key, launcher)
         result: torch.Tensor = launcher(tensors)
         return result
 
     def fake(*tensors: torch.Tensor) -> torch.Tensor:
-        problems = input_problems(kernel, tensors, tracing=True)
+        problems = _problems(kernel, tensors, tracing=True)
         if problems:
             raise _refuse(kernel, problems)
-        return tensors[0].new_empty(kernel.output.shape, dtype=TORCH_DTYPES[kernel.output.dtype])
+        shape = (tensors[0].shape[0], *kernel.output.shape[1:]) if kernel.runtime_m else (
+            kernel.output.shape)
+        return tensors[0].new_empty(shape, dtype=TORCH_DTYPES[kernel.output.dtype])
 
     _define(kernel.name, [t.name for t in kernel.inputs], run, fake)
     _KERNELS[kernel.name] = kernel
@@ -345,19 +473,45 @@ def _note_fallback(kind: OpKind, dtype: torch.dtype, sizes: Sizes, reason: str) 
                       FallbackWarning, stacklevel=2)
 
 
+def _output_shape(kernel: PackagedKernel, tensors: Sequence[torch.Tensor]) -> tuple[int, ...]:
+    """The output of one call: a runtime-M kernel's has the call's M rows."""
+    if kernel.runtime_m:
+        return (int(tensors[0].shape[0]), *kernel.output.shape[1:])
+    return tuple(kernel.output.shape)
+
+
+def kernel_for(op: str, dtype: str, sizes: Sizes) -> PackagedKernel | None:
+    """The kernel the dispatcher routes a call of these sizes to: for a GEMM, the fixed-M
+    kernel of exactly its M, else the narrowest runtime-M range holding its M; None: torch."""
+    exact = _TABLE.get((op, dtype, sizes))
+    if exact is not None or op != "gemm":
+        return exact
+    m = dict(sizes)["m"]
+    for kernel in _RANGED.get((op, dtype, tuple((n, v) for n, v in sizes if n != "m")), ()):
+        assert kernel.m_range is not None
+        if kernel.m_range[0] <= m <= kernel.m_range[1]:
+            return kernel
+    return None
+
+
+def _tuned_text(op: str) -> str:
+    tuned = sorted({k.problem_text for k in _TABLE.values() if k.op == op}
+                   | {k.problem_text for ks in _RANGED.values() for k in ks if k.op == op})
+    return ", ".join(tuned) or "none"
+
+
 def _route(kind: OpKind, tensors: Sequence[torch.Tensor]) -> Any:
     """Where the dispatcher sends ``tensors``: a tuned kernel's launcher, or (a string) why it
     falls back to torch. Raises KernelInputError for what the op cannot mean."""
     sizes = kind.sizes(tensors)
     dtype_name = DTYPE_NAMES.get(tensors[0].dtype, str(tensors[0].dtype))
-    kernel = _TABLE.get((kind.name, dtype_name, sizes))
+    kernel = kernel_for(kind.name, dtype_name, sizes)
     if kernel is None:
-        tuned = sorted(k.problem_text for k in _TABLE.values() if k.op == kind.name)
-        return f"no tuned kernel for this shape and dtype (tuned: {', '.join(tuned) or 'none'})"
-    problems = input_problems(kernel, tensors)
+        return (f"no tuned kernel for this shape and dtype (tuned: {_tuned_text(kind.name)})")
+    problems = _problems(kernel, tensors)
     if problems:
         return f"{kernel.qualified} cannot take these tensors ({'; '.join(problems)})"
-    return _launcher(kernel)
+    return _launcher(kernel, _output_shape(kernel, tensors))
 
 
 def _register_dispatcher(kind: OpKind) -> None:
@@ -379,8 +533,7 @@ def _register_dispatcher(kind: OpKind) -> None:
         return result
 
     def fake(*tensors: torch.Tensor) -> torch.Tensor:
-        sizes = kind.sizes(tensors)
-        return tensors[0].new_empty(kind.out_shape(sizes), dtype=tensors[0].dtype)
+        return tensors[0].new_empty(kind.fake_shape(tensors), dtype=tensors[0].dtype)
 
     _define(kind.name, kind.arguments, run, fake)
     _DISPATCHERS.add(kind.name)
@@ -396,26 +549,53 @@ def load(directory: Path | str | None = None, preload: bool | None = None) -> Ke
     kernel again is a no-op; another kernel for a problem already registered is an error.
     """
     package = read_package(Path(__file__).resolve().parent if directory is None else directory)
+    seen: dict[tuple[Any, ...], PackagedKernel] = {}
     for kernel in package.kernels:
-        key = (kernel.op, kernel.dtype, kernel.sizes)
-        known = _TABLE.get(key)
+        key = _table_key(kernel)
+        known = seen.get(key) or _known(kernel)
         if known is not None and known.genome_hash != kernel.genome_hash:
             raise KernelLoadError(
                 f"two kernels for {kernel.problem_text}: {known.genome_hash[:12]} from "
                 f"{known.directory} and {kernel.genome_hash[:12]} from {kernel.directory}")
+        seen[key] = kernel
     for kernel in package.kernels:  # before anything is registered: a refusal changes nothing
         artifact = _loader.KernelManifest.read(kernel.directory)
         _loader.check_decomposition(kernel.directory, artifact.decomposition_sms, artifact.device)
     for kernel in package.kernels:
         _register_kernel(kernel)
         _register_dispatcher(OP_KINDS[kernel.op])
-        _TABLE.setdefault((kernel.op, kernel.dtype, kernel.sizes), kernel)
+        if kernel.runtime_m:
+            ranged = _RANGED.setdefault((kernel.op, kernel.dtype, kernel.fixed_sizes), [])
+            if _known(kernel) is None:
+                ranged.append(kernel)
+                ranged.sort(key=_narrowest_first)
+        else:
+            _TABLE.setdefault((kernel.op, kernel.dtype, kernel.sizes), kernel)
     for routes in _ROUTES.values():
         routes.clear()  # a shape that fell back may have a kernel now
     if preload if preload is not None else torch.cuda.is_available():
         for kernel in package.kernels:
             _library(kernel).load_module()
     return package
+
+
+def _narrowest_first(kernel: PackagedKernel) -> tuple[int, int]:
+    lo, hi = kernel.m_range or (0, 0)
+    return (hi - lo, lo)
+
+
+def _table_key(kernel: PackagedKernel) -> tuple[Any, ...]:
+    return (kernel.op, kernel.dtype, kernel.sizes, kernel.runtime_m, kernel.m_range)
+
+
+def _known(kernel: PackagedKernel) -> PackagedKernel | None:
+    """The registered kernel for the same problem (and range) as ``kernel``, if any."""
+    if not kernel.runtime_m:
+        return _TABLE.get((kernel.op, kernel.dtype, kernel.sizes))
+    for known in _RANGED.get((kernel.op, kernel.dtype, kernel.fixed_sizes), ()):
+        if known.m_range == kernel.m_range:
+            return known
+    return None
 
 
 def fallbacks() -> list[Fallback]:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tsopt.core.buckets import samples_of
 from tsopt.core.bundle import Baseline
 from tsopt.core.problem import Problem
 from tsopt.core.records import DEFAULT_LAUNCH, Measurement
@@ -195,7 +196,7 @@ class WorkerMeasurer(Measurer):
             self._rebaseline(worker, problem)
             worker = self._ensure(problem)
         limits = Limits.for_candidate(self.probes[problem.key].baseline.median_us, self.runs,
-                                      self.warmup, self.checks)
+                                      self.warmup, self.checks).at_ms(samples_of(problem))
         command = {"cmd": "measure", "artifact": str(artifact_dir.resolve()),
                    "genome_hash": genome_hash, "runs": self.runs, "warmup": self.warmup,
                    "checks": self.checks, "paired": self.paired, "launch": self.launch}

@@ -48,8 +48,10 @@ from tsopt.app.export_target import (
     protected_paths,
     staging_dir,
 )
+from tsopt.core.buckets import problem_m_range, summary_of
 from tsopt.core.devices import DeviceProfile, recorded_profile
 from tsopt.core.errors import UserInputError
+from tsopt.core.problem import Problem
 
 if TYPE_CHECKING:
     from tsopt.core.records import Verdict
@@ -88,13 +90,34 @@ class ExportedKernel:
     proof_complete: bool = False
     """Every exhaustive TS search its verdict rests on is complete (its manifest's
     ``ts_proof`` says which; ``tsopt export`` names a kernel without)."""
+    m_range: tuple[int, int] | None = None
+    """A GEMM kernel's Ms: [M, M] for a fixed-M kernel, [lo, hi] for a runtime-M one (the
+    torch op routes a call to the kernel whose range holds its M)."""
+    runtime_m: bool = False
+    """M is the launch's: one kernel for every M of ``m_range`` (else the kernel of one M,
+    which the op prefers at exactly that M: faster where it exists)."""
+    per_m: dict[str, Any] = field(default_factory=dict)
+    """A runtime-M kernel's paired figures across the Ms it was measured at: ``median`` and
+    ``worst`` ratio, ``worst_m``, ``ms`` (tsopt.core.buckets.summary_of; the manifest's
+    ``measured.per_m`` has each M's)."""
+    serving: dict[str, Any] = field(default_factory=dict)
+    """What the study was tuned for by a run of several (its config's ``serving``: the
+    workload, the projections' names, the bucket, the kernel kind: ``fixed-m-standin`` for a
+    bucket tuned at its top M alone)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "op": self.op, "dtype": self.dtype,
-                "sizes": [[n, v] for n, v in self.sizes], "dir": self.dir, "study": self.study,
-                "rank": self.rank, "genome_hash": self.genome_hash, "median_us": self.median_us,
-                "ratio": self.ratio, "baseline_name": self.baseline_name, "device": self.device,
-                "launch": self.launch, "built_for": dict(self.built_for)}
+        doc = {"name": self.name, "op": self.op, "dtype": self.dtype,
+               "sizes": [[n, v] for n, v in self.sizes], "dir": self.dir, "study": self.study,
+               "rank": self.rank, "genome_hash": self.genome_hash, "median_us": self.median_us,
+               "ratio": self.ratio, "baseline_name": self.baseline_name, "device": self.device,
+               "launch": self.launch, "built_for": dict(self.built_for)}
+        if self.m_range is not None:
+            doc.update(m_range=list(self.m_range), runtime_m=self.runtime_m)
+        if self.per_m:
+            doc["per_m"] = dict(self.per_m)
+        if self.serving:
+            doc["serving"] = dict(self.serving)
+        return doc
 
 
 @dataclass(frozen=True)
@@ -343,9 +366,19 @@ def _choose_all(store: Store, studies: Sequence[str], rank: int) -> list[_Chosen
     return chosen
 
 
+def kernel_m_range(problem: Problem) -> tuple[tuple[int, int] | None, bool]:
+    """The Ms a kernel of ``problem`` serves, and whether M is its launch's: a runtime-M
+    problem's range; a fixed-M GEMM's [M, M]; None for an op without M."""
+    found = problem_m_range(problem)
+    if found is not None:
+        return found, True
+    return ((problem["m"], problem["m"]), False) if problem.op == "gemm" else (None, False)
+
+
 def _exported(chosen: _Chosen, directory: str) -> ExportedKernel:
     m = chosen.ranked.measurement
     problem = chosen.info.problem
+    m_range, runtime_m = kernel_m_range(problem)
     return ExportedKernel(
         name=chosen.name, op=problem.op, dtype=problem.dtype, sizes=problem.dims, dir=directory,
         study=chosen.info.name, rank=chosen.rank, genome_hash=chosen.candidate.genome_hash,
@@ -353,7 +386,8 @@ def _exported(chosen: _Chosen, directory: str) -> ExportedKernel:
         launch=m.launch,
         built_for={"id": study_device(chosen.info).id,
                    "sm_count": study_device(chosen.info).sm_count},
-        proof_complete=bool(chosen.proof["complete"]))
+        proof_complete=bool(chosen.proof["complete"]), m_range=m_range, runtime_m=runtime_m,
+        per_m=summary_of(m.per_m), serving=dict(chosen.info.config.get("serving") or {}))
 
 
 def _file_hashes(top: Path) -> dict[str, str]:
@@ -495,8 +529,19 @@ def export_command(studies: Sequence[str], out: Path, rank: int, force: bool, db
         store.close()
     for kernel in result.kernels:
         where = "" if kernel.dir == "." else f" in {kernel.dir}/"
+        serves = ""
+        if kernel.m_range is not None:
+            lo, hi = kernel.m_range
+            serves = (f", runtime M {lo}-{hi}" if kernel.runtime_m else f", fixed M={lo}")
+            if kernel.per_m:
+                serves += (f" (median {kernel.per_m['median']:.3f}x, worst "
+                           f"{kernel.per_m['worst']:.3f}x at M={kernel.per_m['worst_m']})")
+            if kernel.serving.get("kernel") == "fixed-m-standin":
+                bucket = kernel.serving.get("bucket") or []
+                serves += (f": a FIXED-M STAND-IN for bucket {'-'.join(map(str, bucket))}, "
+                           "serving its one M")
         console.print(f"exported {kernel.genome_hash[:12]} (rank {kernel.rank} of study {kernel.study})"
-                      f" as torch.ops.tsopt.{kernel.name}{where}", highlight=False)
+                      f" as torch.ops.tsopt.{kernel.name}{where}{serves}", highlight=False)
     console.print(f"to {out}: {len(result.files)} files (manifest.json lists them)", highlight=False)
     for kernel in result.kernels:
         if not kernel.proof_complete:

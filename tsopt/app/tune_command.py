@@ -18,6 +18,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from tsopt.app.workload import ServedGemm, Workload, read_workload
+from tsopt.core.buckets import RangeError, parse_m
 from tsopt.core.devices import PROFILES
 from tsopt.core.errors import UserInputError
 from tsopt.core.problem import OP_SPECS, Problem
@@ -147,9 +149,44 @@ def parse_workers(text: str | int | None) -> int | None:
     return count
 
 
+M_HELP = ("Rows of A and D: one M (256), exact Ms (1,8,32: a fixed-M kernel each) or a range "
+          "(1-256: a runtime-M kernel per M bucket, 1-16, 17-32, 33-64, ..., each measured "
+          "paired at several M inside it). Not with --workload.")
+WORKLOAD_HELP = ("A TOML or JSON file of GEMMs to tune together (name, n, k, m, dtype each; e.g. "
+                 "one transformer layer's projections, bench/serving/llama3_8b_layer.toml): one "
+                 "database, one progress view, one package to export (`tsopt export "
+                 "--workload FILE`). Sizes and --dtype come from the file.")
+
+
+def _served(entry: SpaceEntry, options: dict[str, Any]) -> Workload | None:
+    """What a GEMM's command asks of several studies (a workload file, an M range or exact
+    Ms), or None for one problem; UserInputError naming what is wrong."""
+    sizes = OP_SPECS[entry.op].size_names
+    if options.get("workload") is not None:
+        given = [f"--{name}" for name in sizes if options[name] is not None]
+        if given:
+            raise UserInputError(f"--workload {options['workload']} gives every problem's sizes; "
+                                 f"drop {', '.join(given)}")
+        return read_workload(options["workload"])
+    missing = [f"--{name}" for name in sizes if options[name] is None]
+    if missing:
+        raise UserInputError(f"missing option {missing[0]} (or give --workload FILE)")
+    try:
+        m_range, exact = parse_m(options["m"])
+    except RangeError as exc:
+        raise UserInputError(f"--m: {exc}") from None
+    if m_range is None and len(exact) == 1:
+        options["m"] = exact[0]
+        return None
+    gemm = ServedGemm("gemm", options["dtype"], options["n"], options["k"], m_range, exact)
+    return Workload(f"gemm {options['dtype']} M {gemm.m_text} x N {gemm.n} x K {gemm.k}",
+                    (gemm,))
+
+
 def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[None]],
                console: Console) -> Callable[..., None]:
     sizes = OP_SPECS[entry.op].size_names
+    served = "m" in sizes  # a GEMM: M varies at run time, N and K are the weights'
 
     def tune(**options: Any) -> None:
         with guard(options["db"]):  # a database that cannot be used is named
@@ -157,8 +194,13 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
             from tsopt.search.request import TuneRequest
             from tsopt.workers.gpus import parse_gpus
 
-            problem = Problem.of(entry.op, options["dtype"],
-                                 **{name: options[name] for name in sizes})
+            several = _served(entry, options) if served else None
+            if several is not None:  # the problem is each study's own: a placeholder here
+                problem = Problem.of(entry.op, several.gemms[0].dtype,
+                                     **{name: 1 for name in sizes})
+            else:
+                problem = Problem.of(entry.op, options["dtype"],
+                                     **{name: options[name] for name in sizes})
             time_budget_s = parse_duration(options["time"])
             request = TuneRequest(
                 space=entry.name, problem=problem,
@@ -177,13 +219,28 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
                 deterministic=options["deterministic"], launch=options["launch"],
                 device=options["device"],
             )
-            code = run_tune(request, console)
+            if several is not None:
+                from tsopt.app.serving_tune import run_studies
+
+                code = run_studies(several, request, console)
+            else:
+                code = run_tune(request, console)
         raise typer.Exit(code)
 
     spec = OP_SPECS[entry.op]
-    parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=int,
-                                    default=typer.Option(..., help=help_text))
-                  for name, help_text in spec.sizes]
+    if served:  # M as text (a range or a list), the sizes optional beside --workload
+        parameters = [inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, annotation=str | None if name == "m" else
+            int | None, default=typer.Option(None, help=M_HELP if name == "m" else help_text,
+                                             show_default=False))
+            for name, help_text in spec.sizes]
+        parameters.append(inspect.Parameter(
+            "workload", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
+            default=typer.Option(None, help=WORKLOAD_HELP, show_default=False)))
+    else:
+        parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=int,
+                                        default=typer.Option(..., help=help_text))
+                      for name, help_text in spec.sizes]
     parameters.append(inspect.Parameter(
         "dtype", inspect.Parameter.KEYWORD_ONLY, annotation=str,
         default=typer.Option(spec.default_dtype, help="Element type (`tsopt spaces "

@@ -244,6 +244,12 @@ class Measurement:
     rounds: int = 0
     conditions: dict[str, Any] = field(default_factory=dict)
     launch: str = DEFAULT_LAUNCH  # one of LAUNCH_MODES (from_dict checks)
+    per_m: list[dict[str, Any]] = field(default_factory=list)
+    """A runtime-M kernel measured at several M (tsopt.core.buckets.sample_ms): one entry per
+    M, ascending (``m``, ``median_us``, ``baseline_median_us``, ``ratio``, ``ratio_lo``,
+    ``ratio_hi``, ``rounds``, ``rel_err``). Then ``ratio`` is the range's figure to rank by
+    (``buckets.range_ratio`` of theirs, its interval from theirs likewise), and the times and
+    rates are those at the range's top M. Empty for a kernel measured at its one M."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -267,7 +267,8 @@ class Driver:
             {"trials": request.trials, "time_budget_s": request.time_budget_s,
              "seed": request.seed, "knobs": list(request.knobs),
              "library": request.library_mode,
-             "device": {"id": self.device.id, "sm_count": self.device.sm_count}},
+             "device": {"id": self.device.id, "sm_count": self.device.sm_count},
+             **request.study_config},
             launch=request.launch,
         )
         self.launch = info.launch  # every measurement of the study is timed in its mode

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -148,8 +150,15 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+ACROSS_STUDIES: ContextVar[Callable[[], RenderableType] | None] = ContextVar(
+    "tsopt_across_studies", default=None)
+"""Set by a run of several studies (tsopt.app.serving_tune): the view of all of them, which
+every study's live view shows above its own bar (one live view across the problems)."""
+
+
 class TuneProgress:
-    """The live view: a bar of trials (of the study's budget) and the three lines."""
+    """The live view: a bar of trials (of the study's budget) and the three lines, under the
+    view across studies when a run of several sets one (:data:`ACROSS_STUDIES`)."""
 
     def __init__(self, console: Console, stats: TuneStats, title: str, total: int | None,
                  done: int) -> None:
@@ -169,7 +178,8 @@ class TuneProgress:
         lines = Text("\n".join((self.stats.stage_line(), self.stats.best_line(),
                                 self.stats.rate_line(self.remaining, self.time_left_s),
                                 self.stats.flow_line())))
-        return Group(self.bar, lines)
+        across = ACROSS_STUDIES.get()
+        return Group(across(), self.bar, lines) if across is not None else Group(self.bar, lines)
 
     def update(self, done: int, time_left_s: float | None = None) -> None:
         self.bar.update(self.task, completed=done if self.total is None else min(done, self.total))

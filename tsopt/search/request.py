@@ -8,6 +8,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tsopt.core.devices import DeviceProfile, check_fits, default_profile, get_profile
 from tsopt.core.errors import UserInputError
@@ -121,6 +122,9 @@ class TuneRequest:
     device: str | None = None
     """The GPU profile builds are made for (``tsopt.core.devices``: ``H100_PCIE``); None: the
     GPU that measures, else the arch's default (the driver says which it took)."""
+    study_config: dict[str, Any] = field(default_factory=dict)
+    """More for a new study's config to record (``{"serving": ...}``: the bucket and workload a
+    study of several tunes for, tsopt.app.serving_tune); ignored when the study exists."""
 
     @property
     def library_mode(self) -> str:
