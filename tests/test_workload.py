@@ -26,7 +26,7 @@ from tsopt.core.errors import UserInputError
 from tsopt.core.problem import Problem
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "bench" / "serving" / "llama3_8b_layer.toml"
+EXAMPLE = ROOT / "examples" / "llama3_8b_layer.toml"
 HAS_RUNTIME_M = "m_range" in {f.name for f in dataclasses.fields(Problem)}
 
 
@@ -179,24 +179,19 @@ def test_a_workload_run_interrupted_and_resumed_loses_nothing(tmp_path: Path) ->
 
 
 # -- one package for a workload, from real H200 measurements ---------------------------------------
-ARCHIVED = {  # the seed library's best kernel of each shape, as an H200 study measured it
-    16: ("c655ff32c673", "bench/tune_gpu/results/studies-machine2.db.tar.xz", "s1-16x4096x4096"),
-    64: ("6be6e076753c", "bench/tune_gpu/results-round9/studies.db.tar.xz", "r9c-64x4096x4096"),
-}
+ARCHIVED = ROOT / "tests" / "fixtures" / "serving" / "archived_h200.json"
+"""The seed library's best kernel of 16x4096x4096 (c655ff32c673) and of 64x4096x4096
+(6be6e076753c) with the measurement an H200 study recorded of each (cut from
+evidence/tune_gpu.tar.xz's study databases; each entry names its study)."""
 
 
 def _archived(m: int, scratch: Path) -> tuple[object, object]:
-    """(genome, Measurement) of the H200 measurement ARCHIVED names."""
-    import tarfile
+    """(genome, Measurement) of the H200 measurement of the kernel for ``m``."""
+    from tsopt.core.genome import Genome
+    from tsopt.core.records import Measurement
 
-    from tsopt.db.store import Store
-
-    prefix, archive, study = ARCHIVED[m]
-    with tarfile.open(ROOT / archive) as tar:
-        tar.extract(f"{study}.db", scratch, filter="data")
-    with Store(f"sqlite:///{scratch / f'{study}.db'}") as store:
-        found = next(r for r in store.ranked(study) if r.genome.hash.startswith(prefix))
-        return found.genome, found.measurement
+    entry = json.loads(ARCHIVED.read_text())[str(m)]
+    return Genome.from_dict(entry["genome"]), Measurement.from_dict(entry["measurement"])
 
 
 @pytest.mark.slow

@@ -153,7 +153,7 @@ M_HELP = ("Rows of A and D: one M (256), exact Ms (1,8,32: a fixed-M kernel each
           "(1-256: a runtime-M kernel per M bucket, 1-16, 17-32, 33-64, ..., each measured "
           "paired at several M inside it). Not with --workload.")
 WORKLOAD_HELP = ("A TOML or JSON file of GEMMs to tune together (name, n, k, m, dtype each; e.g. "
-                 "one transformer layer's projections, bench/serving/llama3_8b_layer.toml): one "
+                 "one transformer layer's projections, examples/llama3_8b_layer.toml): one "
                  "database, one progress view, one package to export (`tsopt export "
                  "--workload FILE`). Sizes and --dtype come from the file.")
 

@@ -19,7 +19,7 @@ time. TOML::
 JSON: the same as one object (``{"problem": [...]}``) or the list of problems alone. Anything
 else (a key not listed above, a range that is empty or starts below 1, a size that is no
 positive integer, two problems of one name) is refused with one line naming it and the file.
-``bench/serving/llama3_8b_layer.toml`` is the example: one Llama-3-8B decoder layer.
+``examples/llama3_8b_layer.toml`` is the example: one Llama-3-8B decoder layer.
 """
 
 from __future__ import annotations
