@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from tests.test_db import db_url  # noqa: F401  (the SQLite + PostgreSQL fixture)
 from tsopt.core.bundle import read_manifest
 from tsopt.db.store import Store
-from tsopt.search.driver import RUN_ATTR
+from tsopt.search.study.claims import RUN_ATTR
 
 ROOT = Path(__file__).resolve().parents[1]
 PROCESSES = 3

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -33,6 +33,9 @@ from tsopt.core.errors import (
     DatabaseUnusable,
     UserInputError,
 )
+
+if TYPE_CHECKING:
+    from tsopt.core.genome import Genome
 
 EXIT_CODES_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES)
 
@@ -172,7 +175,6 @@ def verify(
     checks reject exits 1."""
     with _Guard(db):
         from tsopt.core.devices import check_fits
-        from tsopt.core.genome import MAX_GENOME_BYTES, Genome, GenomeError
         from tsopt.core.registry import get_space, problem_for
         from tsopt.search.ts_memo import shipped_searches
         from tsopt.verify.verifier import (
@@ -183,20 +185,7 @@ def verify(
             verify_genome,
         )
 
-        try:
-            # A genome is small: read no more than its bound (and one byte to see it is over).
-            with open(genome_file, "rb") as f:
-                data = f.read(MAX_GENOME_BYTES + 1)
-            text = data.decode()
-        except OSError as exc:
-            raise UserInputError(f"cannot read genome file {str(genome_file)!r}: {exc.strerror}") from None
-        except UnicodeDecodeError as exc:
-            raise UserInputError(f"genome file {str(genome_file)!r} is not text ({exc.reason} at "
-                                 f"byte {exc.start})") from None
-        try:
-            genome = Genome.from_json(text)
-        except GenomeError as exc:
-            raise UserInputError(f"genome file {str(genome_file)!r}: {exc}") from None
+        genome = _read_genome_file(genome_file)
         if domain is not None and domain < 1:
             raise UserInputError(f"--domain {domain} must be at least 1")
         target = problem_for(problem, genome.space)
@@ -232,6 +221,26 @@ def verify(
     console.print(f"[red]rejected[/] \\[{verdict.stage}] {escape(str(verdict.rule))}: "
                   f"{escape(str(verdict.message))}", highlight=False)
     raise typer.Exit(1)
+
+
+def _read_genome_file(genome_file: Path) -> Genome:
+    """The genome a file holds; an unreadable, oversized or malformed file is bad input."""
+    from tsopt.core.genome import MAX_GENOME_BYTES, Genome, GenomeError
+
+    try:
+        # A genome is small: read no more than its bound (and one byte to see it is over).
+        with open(genome_file, "rb") as f:
+            data = f.read(MAX_GENOME_BYTES + 1)
+        text = data.decode()
+    except OSError as exc:
+        raise UserInputError(f"cannot read genome file {str(genome_file)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UserInputError(f"genome file {str(genome_file)!r} is not text ({exc.reason} at "
+                             f"byte {exc.start})") from None
+    try:
+        return Genome.from_json(text)
+    except GenomeError as exc:
+        raise UserInputError(f"genome file {str(genome_file)!r}: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ PROBLEMS = ("gemm:bf16:8192x8192x8192", "gemm:bf16:4096x4096x4096", "gemm:bf16:1
 def survey_sizes(spec: str, seeds: range) -> list[int]:
     from tsopt.core.problem import parse_problem_spec
     from tsopt.core.registry import get_space
-    from tsopt.search.evolve import declared_legal, evolve_sampler
+    from tsopt.search.evolve import declared_legal
+    from tsopt.search.evolve_sampler import evolve_sampler
     from tsopt.search.proposals import Proposer
     from tsopt.search.samplers import KnobView
     from tsopt.verify.verifier import predicting_judge

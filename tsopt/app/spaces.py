@@ -41,37 +41,52 @@ def spaces_command(
     console: Console,
     json_out: Path | None = None,
 ) -> int:
-    from tsopt.core.registry import SPACES, get_space, problem_for
+    """``tsopt spaces``: every space (``name`` None), else one space's knobs for ``problem``
+    and, with ``funnel``, its funnel (``build`` candidates sampled and built); returns 0."""
+    from tsopt.core.registry import get_space, problem_for
     from tsopt.verify.verifier import judge_for
 
     if name is None:
-        table = Table(title="tsopt search spaces", title_justify="left")
-        for column in ("space", "op", "archs", "knobs", "description"):
-            table.add_column(column)
-        for space_name in SPACES:
-            try:
-                space = get_space(space_name)
-            except ImportError as exc:
-                table.add_row(space_name, "?", "?", "?", f"[red]not importable: {exc}[/]")
-                continue
-            space.judge = judge_for(space)  # a stale shipped screen is recomputed, not trusted
-            table.add_row(
-                space.name,
-                space.op,
-                ", ".join(space.archs),
-                str(len(space.knobs())),
-                space.description,
-            )
-        console.print(table)
-        console.print(
-            "`tsopt spaces NAME` lists a space's knobs; add --funnel to count raw -> built."
-        )
+        _list_spaces(console)
         return 0
-
     space = get_space(name)
     space.judge = judge_for(space)  # a stale shipped screen is recomputed, not trusted
     prob = problem_for(problem, space.name)
     space.check(prob)
+    _show_knobs(space, prob, console)
+    if funnel:
+        _show_funnel(space, prob, build, console, json_out)
+    return 0
+
+
+def _list_spaces(console: Console) -> None:
+    from tsopt.core.registry import SPACES, get_space
+    from tsopt.verify.verifier import judge_for
+
+    table = Table(title="tsopt search spaces", title_justify="left")
+    for column in ("space", "op", "archs", "knobs", "description"):
+        table.add_column(column)
+    for space_name in SPACES:
+        try:
+            space = get_space(space_name)
+        except ImportError as exc:
+            table.add_row(space_name, "?", "?", "?", f"[red]not importable: {exc}[/]")
+            continue
+        space.judge = judge_for(space)  # a stale shipped screen is recomputed, not trusted
+        table.add_row(
+            space.name,
+            space.op,
+            ", ".join(space.archs),
+            str(len(space.knobs())),
+            space.description,
+        )
+    console.print(table)
+    console.print(
+        "`tsopt spaces NAME` lists a space's knobs; add --funnel to count raw -> built."
+    )
+
+
+def _show_knobs(space: Any, prob: Any, console: Console) -> None:
     table = Table(title=f"{space.name}: {space.description}", title_justify="left")
     for column in ("knob", "kind", "choices", "what it is"):
         table.add_column(column, overflow="fold")
@@ -83,8 +98,11 @@ def spaces_command(
             )
         table.add_row(knob.name, knob.kind, choices, knob.doc)
     console.print(table)
-    if not funnel:
-        return 0
+
+
+def _show_funnel(space: Any, prob: Any, build: int, console: Console,
+                 json_out: Path | None) -> None:
+    """The funnel counted (raw -> built), ``build`` candidates sampled and built."""
     if build < 0:
         raise UserInputError(f"--build {build} must be >= 0")
     if build:
@@ -112,6 +130,14 @@ def spaces_command(
     build_seconds: list[float] = []
     if build:
         built, attempted, build_seconds = _build_sample(space, prob, build, console)
+    _report_funnel(result, prob, built, attempted, build_seconds, console)
+    if json_out is not None:
+        doc = result.to_dict() | {"built": built, "build_attempted": attempted}
+        json_out.write_text(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def _report_funnel(result: Any, prob: Any, built: int | None, attempted: int,
+                   build_seconds: list[float], console: Console) -> None:
     table = Table(title=f"funnel for {prob}", title_justify="left")
     table.add_column("stage")
     table.add_column("candidates", justify="right")
@@ -143,10 +169,6 @@ def spaces_command(
         console.print(
             "verifier rejections while counting: " + ", ".join(f"{r} {n}" for r, n in top)
         )
-    if json_out is not None:
-        doc = result.to_dict() | {"built": built, "build_attempted": attempted}
-        json_out.write_text(json.dumps(doc, indent=2, sort_keys=True))
-    return 0
 
 
 def _build_sample(

@@ -86,14 +86,53 @@ class Estimate:
     terms: dict[str, float] = field(default_factory=dict)
 
 
-def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
-                  element_bytes: int = 2, device: DeviceProfile | None = None) -> Estimate | None:
-    """The analytical time of a GEMM schedule over its ideal (see the module doc) on
-    ``device`` (None: :data:`DEFAULT_DEVICE`), or None when ``genes`` are not a GEMM tiling
-    (no ``tile_m``/``tile_n``/``tile_k``)."""
-    gpu = device or DEFAULT_DEVICE
-    sm_count, peak_tflops, hbm_bytes_per_s = gpu.sm_count, gpu.bf16_tflops, gpu.hbm_bytes_per_s
-    l2_bytes_per_s = L2_BYTES_PER_S_PER_SM * sm_count
+@dataclass(frozen=True)
+class _Tiling:
+    """A GEMM schedule's genes as :func:`gemm_estimate` reads them, on the problem's sizes
+    (M and N exchanged for a swapped schedule)."""
+
+    m: int
+    n: int
+    k: int
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    stages: int
+    consumers: int
+    split: int
+    separate: bool
+    chains: int
+    wgs_per_tile: int
+    cta_m: int
+    cta_n: int
+    cm: int
+    cn: int
+    persistent: bool
+    tma_store: bool
+    swapped: bool
+    stream_k: bool
+    swizzle: int
+    raster_m: bool
+    producer_regs: int
+    consumer_regs: int
+    k_steps: int
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """How the tiling's CTAs fill the GPU: tiles (whole clusters, whole swizzle bands),
+    CTAs per SM, and the waves over the SMs."""
+
+    tiles: int
+    smem: int
+    per_sm: int
+    slots: int
+    waves: float
+    wave_eff: float
+    busy: int
+
+
+def _tiling(genes: Mapping[str, Any], sizes: Mapping[str, int]) -> _Tiling | None:
     if not all(isinstance(genes.get(n), int) for n in ("tile_m", "tile_n", "tile_k")):
         return None
     if not all(n in sizes for n in ("m", "n", "k")):
@@ -103,60 +142,84 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
         m, n = n, m
     tile_m, tile_n, tile_k = (_int(genes, "tile_m", 128), _int(genes, "tile_n", 128),
                               _int(genes, "tile_k", 64))
-    stages = max(1, _int(genes, "stages", 4))
     consumers = max(1, _int(genes, "consumers", 2))
     split = max(1, _int(genes, "split_k", 1))
     separate = genes.get("arrangement") == "separate"
     chains = consumers if separate else 1
-    wgs_per_tile = 1 if separate else consumers
-    cta_m, cta_n = tile_m * chains, tile_n
     cm, cn = _cluster(genes)
-    persistent = genes.get("persistent") is True
-    tma_store = genes.get("epilogue") == "tma_store"
-
     k_part = -(-k // split)
-    k_steps = max(1, -(-k_part // tile_k))
+    return _Tiling(
+        m=m, n=n, k=k, tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,
+        stages=max(1, _int(genes, "stages", 4)), consumers=consumers, split=split,
+        separate=separate, chains=chains, wgs_per_tile=1 if separate else consumers,
+        cta_m=tile_m * chains, cta_n=tile_n, cm=cm, cn=cn,
+        persistent=genes.get("persistent") is True,
+        tma_store=genes.get("epilogue") == "tma_store",
+        swapped=genes.get("swap_ab") is True, stream_k=genes.get("stream_k") is True,
+        swizzle=_int(genes, "swizzle", 1), raster_m=genes.get("raster", "m") == "m",
+        producer_regs=_int(genes, "producer_regs", 40),
+        consumer_regs=_int(genes, "consumer_regs", 232),
+        k_steps=max(1, -(-k_part // tile_k)))
+
+
+def _grid(t: _Tiling, element_bytes: int, sm_count: int) -> _Grid:
     # The grid runs whole clusters: a cluster wider than the problem's tiles adds CTAs that
     # load zeros and run their whole K loop (the kernel's ``overhang``), e.g. tile_m 128 in a
     # 2x1 cluster at M = 128 doubles the CTAs (measured at 0.11-0.80x on the H200,
     # bench/tune_gpu round 9).
-    tiles_m = math.ceil(math.ceil(m / cta_m) / cm) * cm
-    tiles_n = math.ceil(math.ceil(n / cta_n) / cn) * cn
-    if persistent and _int(genes, "swizzle", 1) > 1:
+    tiles_m = math.ceil(math.ceil(t.m / t.cta_m) / t.cm) * t.cm
+    tiles_n = math.ceil(math.ceil(t.n / t.cta_n) / t.cn) * t.cn
+    if t.persistent and t.swizzle > 1:
         # The scheduler rounds the clusters across its raster up to whole swizzle bands, and
         # walks the empty tiles through their whole K loop.
-        swizzle = _int(genes, "swizzle", 1)
-        if genes.get("raster", "m") == "m":
-            across = -(-tiles_n // cn)
-            tiles_n = -(-across // swizzle) * swizzle * cn
+        if t.raster_m:
+            across = -(-tiles_n // t.cn)
+            tiles_n = -(-across // t.swizzle) * t.swizzle * t.cn
         else:
-            across = -(-tiles_m // cm)
-            tiles_m = -(-across // swizzle) * swizzle * cm
-    tiles = tiles_m * tiles_n * split
-    stage_bytes = (tile_m + tile_n) * tile_k * element_bytes * chains
-    smem = stages * stage_bytes + (tile_m * 64 * element_bytes * consumers if tma_store else 0)
-    threads = 128 * (consumers + 1)
-    regs = 128 * (_int(genes, "producer_regs", 40) + consumers * _int(genes, "consumer_regs", 232))
+            across = -(-tiles_m // t.cm)
+            tiles_m = -(-across // t.swizzle) * t.swizzle * t.cm
+    tiles = tiles_m * tiles_n * t.split
+    stage_bytes = (t.tile_m + t.tile_n) * t.tile_k * element_bytes * t.chains
+    smem = t.stages * stage_bytes + (t.tile_m * 64 * element_bytes * t.consumers
+                                     if t.tma_store else 0)
+    threads = 128 * (t.consumers + 1)
+    regs = 128 * (t.producer_regs + t.consumers * t.consumer_regs)
     per_sm = max(1, min(SMEM_PER_SM // max(1, smem), REGISTERS_PER_SM // max(1, regs),
                         2048 // threads))
-    cluster = cm * cn
+    cluster = t.cm * t.cn
     slots = max(1, (sm_count // cluster) * cluster * per_sm)
     waves = tiles / slots
     wave_eff = tiles / (math.ceil(waves) * slots)
+    return _Grid(tiles, smem, per_sm, slots, waves, wave_eff, min(tiles, slots))
+
+
+def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
+                  element_bytes: int = 2, device: DeviceProfile | None = None) -> Estimate | None:
+    """The analytical time of a GEMM schedule over its ideal (see the module doc) on
+    ``device`` (None: :data:`DEFAULT_DEVICE`), or None when ``genes`` are not a GEMM tiling
+    (no ``tile_m``/``tile_n``/``tile_k``)."""
+    gpu = device or DEFAULT_DEVICE
+    sm_count, peak_tflops, hbm_bytes_per_s = gpu.sm_count, gpu.bf16_tflops, gpu.hbm_bytes_per_s
+    l2_bytes_per_s = L2_BYTES_PER_S_PER_SM * sm_count
+    t = _tiling(genes, sizes)
+    if t is None:
+        return None
+    g = _grid(t, element_bytes, sm_count)
+    m, n, k, cta_m, cta_n, k_steps = t.m, t.n, t.k, t.cta_m, t.cta_n, t.k_steps
+    tiles, busy = g.tiles, g.busy
 
     # wgmma m64nNk16: a narrow N issues more instructions per flop; one warpgroup per tile
     # leaves the tensor cores idle while it waits on its own wgmma.
-    wg_n_eff = tile_n / (tile_n + 24.0)
-    wg_m = cta_m // max(1, wgs_per_tile) if not separate else tile_m
-    mma_eff = wg_n_eff * (0.82 if consumers == 1 else 1.0) * min(1.0, wg_m / 64.0)
+    wg_n_eff = t.tile_n / (t.tile_n + 24.0)
+    wg_m = cta_m // max(1, t.wgs_per_tile) if not t.separate else t.tile_m
+    mma_eff = wg_n_eff * (0.82 if t.consumers == 1 else 1.0) * min(1.0, wg_m / 64.0)
     # Several CTAs per SM share its tensor cores: a tile takes per_sm times as long.
-    peak_sm = peak_tflops * 1e12 / sm_count / per_sm
-    step_compute = 2.0 * cta_m * cta_n * tile_k / (peak_sm * mma_eff)
+    peak_sm = peak_tflops * 1e12 / sm_count / g.per_sm
+    step_compute = 2.0 * cta_m * cta_n * t.tile_k / (peak_sm * mma_eff)
     # L2 -> SMEM bytes per K slice, less what the cluster multicasts (A along N, B along M).
-    step_bytes = (cta_m * tile_k / cn + cta_n * tile_k / cm) * element_bytes
-    busy = min(tiles, slots)
+    step_bytes = (cta_m * t.tile_k / t.cn + cta_n * t.tile_k / t.cm) * element_bytes
     step_memory = step_bytes * busy / l2_bytes_per_s
-    step_latency = LOAD_LATENCY_S / max(1, stages - 1)
+    step_latency = LOAD_LATENCY_S / max(1, t.stages - 1)
     # Compulsory HBM traffic (each operand and D once), spread over every tile's K slices:
     # the busy tiles' share of it per slice. It bounds a skinny or short-K problem, and a
     # schedule's fixed costs (fill, epilogue, reduction, launch) add to it rather than hide
@@ -166,10 +229,10 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
     step = max(step_compute, step_memory, step_latency, step_hbm)
     epilogue = cta_m * cta_n * element_bytes * busy / hbm_bytes_per_s
     # Swapped, a direct epilogue's stores run down D's columns: uncoalesced.
-    epilogue *= 1.0 if tma_store else (4.0 if genes.get("swap_ab") is True else 1.6)
+    epilogue *= 1.0 if t.tma_store else (4.0 if t.swapped else 1.6)
     fill = LOAD_LATENCY_S
-    rounds = math.ceil(waves)
-    if persistent and genes.get("stream_k") is True and tiles % sm_count:
+    rounds = math.ceil(g.waves)
+    if t.persistent and t.stream_k and tiles % sm_count:
         # Stream-K: the last partial wave and one full wave before it are shared evenly
         # by one CTA per SM, at the price of a piece's pipeline fill and a partial tile
         # handed over through L2 (written once, read once) per CTA.
@@ -179,23 +242,23 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
         units = math.ceil(share / k_steps) + 1  # the tiles a CTA's run touches
         total = ((dp_rounds * k_steps + share) * step + (dp_rounds + 2) * 0.5 * epilogue
                  + 2 * fill + handover + units * STREAM_K_UNIT_S + LAUNCH_S)
-    elif persistent:
+    elif t.persistent:
         # The next tile's loads overlap this tile's epilogue: fill once per SM.
         total = rounds * (k_steps * step + 0.5 * epilogue) + fill + LAUNCH_S
     else:
         total = rounds * (k_steps * step + epilogue + fill) + LAUNCH_S
-    if split > 1:
+    if t.split > 1:
         # Per tile, the cluster's handshake and the fp32 partials summed through DSMEM.
-        total += rounds * (SPLIT_SYNC_S + (split - 1) * cta_m * cta_n * 4 / DSMEM_BYTES_PER_S)
+        total += rounds * (SPLIT_SYNC_S + (t.split - 1) * cta_m * cta_n * 4 / DSMEM_BYTES_PER_S)
     total = max(total, hbm_bytes / hbm_bytes_per_s)
     ideal = 2.0 * m * n * k / (peak_tflops * 1e12)
     return Estimate(total / ideal, {
-        "waves": waves, "wave_eff": wave_eff, "per_sm": float(per_sm), "mma_eff": mma_eff,
+        "waves": g.waves, "wave_eff": g.wave_eff, "per_sm": float(g.per_sm), "mma_eff": mma_eff,
         "compute_bound": float(step == step_compute), "latency_bound": float(step == step_latency),
         "memory_bound": float(step == step_memory),
-        "hide": min(1.0, (stages - 1) * step_compute / LOAD_LATENCY_S),
+        "hide": min(1.0, (t.stages - 1) * step_compute / LOAD_LATENCY_S),
         "intensity": 2.0 * cta_m * cta_n / ((cta_m + cta_n) * element_bytes),
-        "smem_frac": smem / SMEM_PER_SM, "k_steps": float(k_steps),
+        "smem_frac": g.smem / SMEM_PER_SM, "k_steps": float(k_steps),
     })
 
 

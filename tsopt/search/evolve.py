@@ -20,17 +20,13 @@ it first. Drafts are ranked again as the schedules they complete to, and a move 
 value against the space's couplings (``SearchSpace.coupled``).
 
 :class:`Evolution` is pure (parameter dicts in, a parameter dict out, a seeded RNG): a
-simulation replays it on a measured table with no GPU and no study. :class:`EvolveSampler`
-is it as an Optuna sampler: it plans a trial's whole parameter set in ``before_trial`` from
-the study's trials (their params and told values) and hands the planned values out in
-``sample_independent``; any parameter it did not plan (a conditional knob, a knob it has not
-seen yet) is drawn at random from the distribution asked. Optuna stays the record: enqueued
-trials (seed library, warm starts) keep their fixed values, and every outcome is read back
-from the study. Bound to a space and problem (:meth:`EvolveSampler.bind`, the driver does
-it), a plan is completed through the space's own ``suggest`` (conditional knobs decided)
-and kept inside the space's declared legal set (``SearchSpace.proposal_factors``) when the space
-declares one, and the cost model reads the problem's sizes; unbound it works on the
-parameters alone. The cost model reads the parameters (a space's knobs are named as its
+simulation replays it on a measured table with no GPU and no study, and this module imports
+no Optuna. :class:`tsopt.search.evolve_sampler.EvolveSampler` is it as an Optuna sampler,
+which the driver binds to a space and problem: a plan is then completed through the space's
+own ``suggest`` (:func:`space_completer`: conditional knobs decided) and kept inside the
+space's declared legal set (:func:`declared_legal`, from ``SearchSpace.proposal_factors``)
+when the space declares one, and the cost model reads the problem's sizes; unbound it works
+on the parameters alone. The cost model reads the parameters (a space's knobs are named as its
 genes; a placement is one categorical value).
 """
 
@@ -542,107 +538,6 @@ def space_completer(space: SearchSpace, problem: Problem, view: Any) -> Complete
     return complete
 
 
-def _evolve_sampler_class() -> type:
-    import optuna
-    from optuna.distributions import CategoricalDistribution
-    from optuna.trial import TrialState
-
-    class EvolveSampler(optuna.samplers.BaseSampler):
-        """:class:`Evolution` as an Optuna sampler (see the module doc)."""
-
-        def __init__(self, view: Any = None, seed: int = 0,
-                     space: SearchSpace | None = None, problem: Problem | None = None,
-                     legal: Callable[[Mapping[str, Any]], bool] | None = None,
-                     **options: Any) -> None:
-            self.view = view
-            self.seed = seed
-            self.options = options
-            self._random = optuna.samplers.RandomSampler(seed=seed)
-            self._plans: dict[int, Params] = {}
-            self._choices: dict[str, tuple[Any, ...]] = (
-                {k.name: tuple(view.choices(k.name, k.choices)) for k in view.knobs}
-                if view is not None else {})
-            self.evolution = Evolution(self._choices, seed, **options)
-            if space is not None and problem is not None:
-                self.bind(space, problem, legal)
-            elif legal is not None:
-                self.evolution.legal = legal
-
-        def bind(self, space: SearchSpace, problem: Problem,
-                 legal: Callable[[Mapping[str, Any]], bool] | None = None,
-                 repair: Repairer | None = None) -> None:
-            """Plans completed through ``space`` for ``problem``, ranked with its sizes, and
-            kept in its declared legal set (``legal``, else the space's own factors);
-            ``repair`` (the driver's) makes the survey's picks legal."""
-            self.evolution.complete = space_completer(space, problem, self.view)
-            self.evolution.couple = space.coupled
-            self.evolution.model.sizes = dict(problem.sizes)
-            self.evolution.model.device = space.device  # waves over the target GPU's SMs
-            if legal is None:
-                legal = declared_legal(space, problem)
-            self.evolution.legal = legal
-            self.evolution.repair = repair
-
-        # -- Optuna's interface -----------------------------------------------------------
-        def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
-            return {}
-
-        def sample_relative(self, study: Any, trial: Any,
-                            search_space: dict[str, Any]) -> dict[str, Any]:
-            return {}
-
-        def before_trial(self, study: Any, trial: Any) -> None:
-            if trial.system_attrs.get("fixed_params"):
-                return  # an enqueued trial (library, warm start) keeps its values
-            history, pending = [], []
-            for t in study.get_trials(deepcopy=False):
-                if t.number == trial.number:
-                    continue
-                for name, dist in t.distributions.items():
-                    if isinstance(dist, CategoricalDistribution) and name not in self._choices:
-                        self._choices[name] = tuple(dist.choices)
-                if t.state == TrialState.COMPLETE and t.value is not None:
-                    history.append(Observation(dict(t.params), float(t.value)))
-                elif t.state in (TrialState.PRUNED, TrialState.FAIL):
-                    history.append(Observation(dict(t.params), None))
-                elif t.state == TrialState.RUNNING:
-                    pending.append(self._plans.get(t.number, dict(t.params)))
-            self.evolution.choices = dict(self._choices)
-            if not self._choices:
-                return  # nothing known of the space yet: the first trial is random
-            plan = self.evolution.propose(history, pending)
-            self._plans[trial.number] = plan
-            last = self.evolution.last
-            try:
-                study._storage.set_trial_user_attr(trial._trial_id, "evolve", {
-                    k: (round(v, 4) if isinstance(v, float) else v) for k, v in last.items()})
-            except AttributeError:
-                pass
-
-        def sample_independent(self, study: Any, trial: Any, name: str,
-                               distribution: Any) -> Any:
-            if isinstance(distribution, CategoricalDistribution) and name not in self._choices:
-                self._choices[name] = tuple(distribution.choices)
-            plan = self._plans.get(trial.number, {})
-            if name in plan and isinstance(distribution, CategoricalDistribution):
-                keys = [repr(c) for c in distribution.choices]
-                if repr(plan[name]) in keys:
-                    return distribution.choices[keys.index(repr(plan[name]))]
-            return self._random.sample_independent(study, trial, name, distribution)
-
-        def predicted(self, params: Mapping[str, Any]) -> float | None:
-            """The cost model's prediction for a trial's params (see Evolution.predicted)."""
-            return self.evolution.predicted(params)
-
-        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-            self._plans.pop(trial.number, None)
-
-        def reseed_rng(self) -> None:
-            self._random.reseed_rng()
-
-    return EvolveSampler
-
-
 def declared_legal(space: SearchSpace, problem: Problem,
                    judge: Judge | None = None) -> Callable[[Mapping[str, Any]], bool] | None:
     """The space's declared legal set (``SearchSpace.proposal_factors``) as a test on params,
@@ -656,9 +551,3 @@ def declared_legal(space: SearchSpace, problem: Problem,
     if not factors:
         return None
     return lambda params: all(f.legal(params) for f in factors)
-
-
-def evolve_sampler(view: Any = None, seed: int = 0, **options: Any) -> Any:
-    """An :class:`EvolveSampler` (an ``optuna.samplers.BaseSampler``) over ``view``'s knobs;
-    ``options`` go to :class:`Evolution` (population, pool, explore, sizes...)."""
-    return _evolve_sampler_class()(view, seed, **options)

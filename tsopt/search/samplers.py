@@ -205,7 +205,7 @@ def make_sampler(name: str, seed: int, view: KnobView) -> optuna.samplers.BaseSa
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if name == "evolve":  # one-gene moves ranked by a cost model (tsopt.search.evolve)
-        from tsopt.search.evolve import evolve_sampler
+        from tsopt.search.evolve_sampler import evolve_sampler
 
         return evolve_sampler(view, seed)
     if name == "tpe":
