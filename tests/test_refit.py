@@ -29,7 +29,7 @@ from tsopt.search.library import (
     save_library,
     seed_study,
 )
-from tsopt.search.proposals import Proposer
+from tsopt.search.proposals import Proposer, fixed_genome
 from tsopt.search.refit import REFIT_GENES, Refitter
 from tsopt.search.samplers import KnobView, make_sampler
 from tsopt.verify.verifier import VerdictCache, judge_for, predicting_judge, verify_genome
@@ -91,23 +91,24 @@ def test_a_refit_for_an_unseen_shape_rechooses_tile_and_cluster_and_is_legal(gem
 
 
 def test_a_shape_gene_the_model_cannot_improve_is_left_as_the_entry_had_it(gemm) -> None:  # type: ignore[no-untyped-def]
-    """Re-fitted to a shape next to its own, an entry keeps what the model ranks best there:
-    every moved gene is one whose move the model predicts faster."""
+    """Re-fitted to a shape next to its own, an entry's shape genes move only where the model
+    says so: each moved gene, put back, is predicted no faster or is outside the legal set."""
     space, predict = gemm
     entry = _square_entry()
     near = Problem.of("gemm", "bf16", m=8192, n=8192, k=6144)
     view = KnobView.of(space, near, "evolve")
     refitter = Refitter(space, near, view, predict)
     found = refitter.refit(entry.genome)
-    if found is None:
-        return  # the copy is the model's best legal choice: nothing to re-fit
+    assert found is not None and found.changed  # (swap-AB and tile_n move here)
     base = view.decode(view.encode(space.params_of(entry.genome)))
     for gene in found.changed:
         if gene not in REFIT_GENES:
             continue
-        reverted = space.coupled({**found.params, gene: base[gene]}, (gene,))
-        assert refitter.model.predict([found.params])[0] <= refitter.model.predict(
-            [reverted])[0] + 1e-9, gene
+        reverted = refitter._completed(space.coupled({**found.params, gene: base[gene]},
+                                                     (gene,)))
+        assert (refitter.model.predict([found.params])[0]
+                <= refitter.model.predict([reverted])[0] + 1e-9
+                or not refitter.proposer.legal(reverted)), gene
 
 
 def _entry(genome: Any, problem: Problem, ratio: float, source: str) -> LibraryEntry:
@@ -140,6 +141,12 @@ def test_exclude_self_keeps_the_problems_own_entries_out_of_the_refit_source(
     refits = [a for a in attrs if a["origin"] == REFIT_ORIGIN]
     assert refits and all(a["library_refit_genome"] == square.genome.hash
                           and a["library_refit_problem"] == SQUARE.key for a in refits)
+    # The genome a driver derives from an enqueued re-fit's parameters is the re-fit's.
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs["origin"] == REFIT_ORIGIN:
+            fixed = view.decode(t.system_attrs["fixed_params"])
+            assert fixed_genome(space, UNSEEN, fixed).hash == t.user_attrs["library_refit"][
+                "genome"]
     # Nothing of the own entry: neither copied nor re-fitted.
     assert own.genome.hash not in {a.get("seed_library_genome") for a in attrs}
     assert own.genome.hash not in {a.get("library_refit_genome") for a in attrs}

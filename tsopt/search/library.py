@@ -360,8 +360,8 @@ def seed_study(study: Any, space: SearchSpace, view: KnobView, problem: Problem,
                                skip=[e.genome.hash for e in entries])
         done = enqueue_refits(study, space, view, refits) if refits else 0
         if done:
-            say(f"seed library: {done} re-fitted to {problem.key} (tile, cluster, split "
-                "re-chosen by the cost model) from "
+            say(f"seed library: {done} re-fitted to {problem.key} (tile, cluster, split-K, "
+                "swap-AB re-chosen by the cost model) from "
                 + ", ".join(sorted({e.problem.key for e, _ in refits})))
         count += done
     return count
