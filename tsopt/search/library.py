@@ -20,7 +20,12 @@ A new study enqueues them before anything else (origin ``warm_start``, user attr
 nearby studies in the same database; ``tsopt tune --no-library`` switches it off, and
 ``--library-exclude-self`` leaves out the entries of the study's own problem (same op, dtype
 and sizes: leave-one-shape-out, the mode a held-out figure is made in; other shapes' entries
-stay).
+stay). Then up to :data:`REFIT_LIMIT` entries of *other* problems re-fitted to the study's
+(:func:`refit_library`, :mod:`tsopt.search.refit`: the schedule kept, tile, cluster, split-K
+and swap-AB re-chosen by the cost model; origin ``library_refit``, user attribute
+``library_refit_from`` naming the entry's source; ``--no-library-refit`` switches it off).
+A problem's own entries are never a re-fit's source: re-fitted to their own shape they could
+only move away from what was measured there. ``bench/library_refit`` judges the re-fit.
 """
 
 from __future__ import annotations
