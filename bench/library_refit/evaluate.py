@@ -28,7 +28,10 @@ table), the best covered pick's regret (1 - its ratio / the table's best: an upp
 round 1's regret over what was measured), and the same with every uncovered pick scored by
 its nearest measured neighbour (``nn``: the mean ratio of the measured genomes at the least
 knob distance, a shape gene counting :data:`SHAPE_WEIGHT`; a proxy, said as such, with the
-distances reported); top-1 / top-8 / top-16 regret in enqueue order. Per target also the
+distances reported); top-1 / top-8 / top-16 regret in enqueue order. A stricter proxy:
+``same_shape_genes``, how many picks have a measured genome of exactly their tile, cluster,
+decomposition, swap-AB and persistence (the genes a re-fit chooses), and the top-16 regret over
+those picks alone, each scored by the nearest such genome. Per target also the
 analytical model's Spearman rho over the table (the ranking a re-fit rests on).
 """
 
@@ -76,6 +79,22 @@ class Table:
         self.rows = dict(rows)
         self.best = max(r for _, r in self.rows.values())
 
+    def same_shape_genes(self, params: Mapping[str, Any]) -> tuple[float, int] | None:
+        """The mean ratio of the nearest measured genomes with ``params``' shape genes (tile,
+        cluster, decomposition, swap-AB, persistence) exactly, and their distance; None where
+        the table holds none of them."""
+        key = _shape_key(params)
+        best_d, ratios = None, []
+        for other, ratio in self.rows.values():
+            if _shape_key(other) != key:
+                continue
+            d = sum(1 for k in {*params, *other} if repr(params.get(k)) != repr(other.get(k)))
+            if best_d is None or d < best_d:
+                best_d, ratios = d, [ratio]
+            elif d == best_d:
+                ratios.append(ratio)
+        return None if best_d is None else (float(statistics.mean(ratios)), int(best_d))
+
     def nearest(self, params: Mapping[str, Any]) -> tuple[float, int]:
         """The mean ratio of the measured genomes nearest ``params``, and their distance."""
         from tsopt.search.refit import REFIT_GENES
@@ -90,6 +109,12 @@ class Table:
             elif d == best_d:
                 ratios.append(ratio)
         return float(statistics.mean(ratios)), int(best_d or 0)
+
+
+def _shape_key(params: Mapping[str, Any]) -> tuple[str, ...]:
+    from tsopt.search.refit import REFIT_GENES
+
+    return tuple(repr(params.get(k)) for k in (*REFIT_GENES, "persistent"))
 
 
 def heldout_tables(space: Any) -> list[Table]:
@@ -210,6 +235,12 @@ class Simulation:
 
 def score(table: Table, picks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     covered, nn, dist = [], [], []
+    same: list[float | None] = []
+    for p in picks:
+        measured = table.rows.get(p["genome"].hash)
+        found = ((measured[1], 0) if measured is not None
+                 else table.same_shape_genes(p["params"]))
+        same.append(None if found is None else found[0])
     for p in picks:
         measured = table.rows.get(p["genome"].hash)
         if measured is not None:
@@ -234,7 +265,9 @@ def score(table: Table, picks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "regret_covered": regret(covered),
             "regret_nn_top1": regret(nn[:1]), "regret_nn_top8": regret(nn[:8]),
             "regret_nn_top16": regret(nn[:16]),
-            "nn_distance_mean": round(float(np.mean(dist)), 2) if dist else None}
+            "nn_distance_mean": round(float(np.mean(dist)), 2) if dist else None,
+            "same_shape_genes": sum(v is not None for v in same),
+            "regret_same_shape_genes_top16": regret([v for v in same[:16] if v is not None])}
 
 
 def _mean(rows: Sequence[Mapping[str, Any]], condition: str, key: str) -> float:

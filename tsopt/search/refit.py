@@ -37,7 +37,7 @@ import itertools
 import math
 import random
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -117,8 +117,6 @@ class Refitter:
         self.choices = {k.name: tuple(view.choices(k.name, k.choices)) for k in view.knobs}
         self.genes = tuple(g for g in genes if len(self.choices.get(g, ())) > 0)
         self.tries = tries
-        self.tested = 0
-        """Combinations completed and tested for legality, over every re-fit."""
 
     @property
     def possible(self) -> bool:
@@ -153,22 +151,16 @@ class Refitter:
         order = sorted(range(len(drafts)), key=lambda i: (predicted[i], i))
         return [drafts[i] for i in order]
 
-    def _legal(self, draft: Mapping[str, Any], keep: Sequence[str],
-               repair: bool) -> dict[str, Any] | None:
-        full = self._completed(draft)
-        self.tested += 1
-        if self.proposer.legal(full):
-            return full
-        if not repair:
-            return None
+    def _repaired(self, full: Mapping[str, Any], keep: Sequence[str]) -> dict[str, Any] | None:
+        """``full`` repaired into the declared legal set with ``keep`` unchanged, or None."""
         repaired = self.proposer.nearest_legal(full, keep=[k for k in keep if k in full])
         if repaired is None:
             return None
-        full = self._completed(repaired)
-        if not self.proposer.legal(full) or any(
-                repr(full.get(k)) != repr(draft.get(k)) for k in keep if k in full):
+        done = self._completed(repaired)
+        if not self.proposer.legal(done) or any(
+                repr(done.get(k)) != repr(full.get(k)) for k in keep if k in full):
             return None
-        return full
+        return done
 
     def refit(self, genome: Genome) -> Refit | None:
         """``genome`` re-fitted to the problem, or None: the space cannot express it, no
@@ -191,10 +183,15 @@ class Refitter:
         keep = [g for g in (*self.genes, *SCHEDULE_GENES) if g in base]
         repairs = REPAIRS
         for rank, draft in enumerate(self.drafts(base)[: self.tries]):
-            full = self._legal(draft, keep, repairs > 0)
+            completed = self._completed(draft)
+            full = completed if self.proposer.legal(completed) else None
             if full is None:
+                if repairs <= 0:
+                    continue
                 repairs -= 1
-                continue
+                full = self._repaired(completed, keep)
+                if full is None:
+                    continue
             candidate = fixed_genome(self.space, self.problem, full)
             if candidate.hash == genome.hash:
                 return None  # the model keeps the copy
@@ -206,20 +203,3 @@ class Refitter:
                          float(self.model.predict([full])[0]), source_predicted, rank)
         return None
 
-
-def refit_all(refitter: Refitter, genomes: Sequence[Genome],
-              limit: int | None = None,
-              skip: Callable[[Genome], bool] | None = None) -> list[Refit]:
-    """``genomes`` re-fitted in order, one re-fit per distinct result (the first source's),
-    at most ``limit``; ``skip``: results not wanted (a genome the study has already)."""
-    out: list[Refit] = []
-    seen: set[str] = set()
-    for genome in genomes:
-        if limit is not None and len(out) >= limit:
-            break
-        found = refitter.refit(genome)
-        if found is None or found.genome.hash in seen or (skip and skip(found.genome)):
-            continue
-        seen.add(found.genome.hash)
-        out.append(found)
-    return out
