@@ -31,7 +31,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 STUDY_STATUSES: tuple[str, ...] = ("running", "finished", "interrupted", "killed")
 RUN_STATUSES: tuple[str, ...] = ("running", "finished", "interrupted", "failed", "killed")
-ORIGINS: tuple[str, ...] = ("seed", "enumerate", "suggest", "warm_start", "planted")
+ORIGINS: tuple[str, ...] = ("seed", "enumerate", "suggest", "warm_start", "planted",
+                            "library_refit")
+"""Where a candidate came from; ``library_refit``: a seed-library entry of another shape
+re-fitted to the study's (tsopt.search.refit), not measured as it is anywhere."""
 VERDICT_STAGES: tuple[str, ...] = ("dataflow", "ts", "tsopt", "ok")
 BUILD_STATUSES: tuple[str, ...] = ("ok", "error")
 

@@ -144,6 +144,7 @@ _OPTION_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
     "library": ((bool,), "True or False"), "gpus": ((int,), "an int"),
     "deterministic": ((bool,), "True or False"),
     "library_exclude_self": ((bool,), "True or False"), "launch": ((str,), "graph or eager"),
+    "library_refit": ((bool,), "True or False"),
     "device": ((str,), "a device profile such as 'H100_PCIE'"),
 }
 # None is each one's default: workers (auto), pool (the one --workers implies), launch (a
@@ -167,7 +168,8 @@ def _check_options(options: dict[str, Any]) -> None:
 # The TuneRequest fields tune() passes through as they are (the others it builds itself).
 _PASSED = ("sampler", "arch", "study", "bundle_dir", "workers", "seed", "cache_dir", "measure",
            "ray_address", "patience", "warm_start", "knobs", "pool", "library",
-           "library_exclude_self", "gpus", "deterministic", "launch", "device")
+           "library_exclude_self", "library_refit", "gpus", "deterministic", "launch",
+           "device")
 
 
 @_bad_input_as_user_error
@@ -181,7 +183,8 @@ def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | N
     ``study``, ``bundle_dir``, ``workers``, ``seed``, ``cache_dir``, ``measure`` (auto, never,
     always), ``ray_address``, ``patience``, ``warm_start``, ``knobs`` (``["stages=2,4"]``),
     ``pool``, ``library`` (start from the seed library), ``library_exclude_self``
-    (leave-one-shape-out: without the problem's own entries), ``gpus`` (GPUs measuring; None: every
+    (leave-one-shape-out: without the problem's own entries), ``library_refit`` (other
+    shapes' entries re-fitted to the problem too), ``gpus`` (GPUs measuring; None: every
     one), ``deterministic``, ``launch`` (graph or eager; default: a resumed study's own, graph
     for a new one), ``device`` (the GPU profile builds are for: ``"H100_PCIE"``).
     ``progress`` shows the live view on the terminal."""

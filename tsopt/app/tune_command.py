@@ -65,6 +65,11 @@ LIBRARY_EXCLUDE_SELF_HELP = (
     "Leave-one-shape-out: the seed library without its entries of this very problem (same op, "
     "dtype and sizes; other shapes' entries stay), and no warm start from studies of it. The "
     "study records its library mode (on, off, exclude-self); the summary and report show it.")
+LIBRARY_REFIT_HELP = (
+    "Also start from other shapes' library entries re-fitted to this problem: their schedule "
+    "(placements, stages, warp roles) kept, tile, cluster, split-K and swap-AB re-chosen by "
+    "the cost model, made legal and judged like any proposal (origin library_refit). Part of "
+    "the library: nothing with --no-library.")
 DETERMINISTIC_HELP = ("Only schedules whose output is bit-identical run after run (no atomic "
                       "reductions); refused up front if the space has none for the problem.")
 LAUNCH_HELP = ("How candidates and the vendor baseline are launched while timed, paired: graph "
@@ -105,6 +110,8 @@ TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("library", bool, typer.Option(True, "--library/--no-library", help=LIBRARY_HELP)),
     ("library_exclude_self", bool, typer.Option(False, "--library-exclude-self",
                                                 help=LIBRARY_EXCLUDE_SELF_HELP)),
+    ("library_refit", bool, typer.Option(True, "--library-refit/--no-library-refit",
+                                         help=LIBRARY_REFIT_HELP)),
     ("seed", int, typer.Option(0, help="Sampler seed.")),
     ("deterministic", bool, typer.Option(False, "--deterministic", help=DETERMINISTIC_HELP)),
     ("launch", str | None, typer.Option(None, help=LAUNCH_HELP, show_default=False)),
@@ -214,6 +221,7 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
                 ray_address=options["ray_address"], patience=options["patience"],
                 warm_start=options["warm_start"], library=options["library"],
                 library_exclude_self=options["library_exclude_self"],
+                library_refit=options["library_refit"],
                 knobs=tuple(options["knob"] or ()),
                 pool=options["pool"], gpus=parse_gpus(options["gpus"]),
                 deterministic=options["deterministic"], launch=options["launch"],

@@ -164,7 +164,8 @@ class Driver:
 
                 seed_study(self.study, self.space, self.view, request.problem, request.arch,
                            self.predict, lambda text: self.console.print(text, highlight=False),
-                           exclude_self=request.library_exclude_self)
+                           exclude_self=request.library_exclude_self,
+                           refit=request.library_refit)
             if request.warm_start and not trials:
                 self._warm_start()
             signal.signal(signal.SIGINT, self._on_sigint)

@@ -20,7 +20,12 @@ A new study enqueues them before anything else (origin ``warm_start``, user attr
 nearby studies in the same database; ``tsopt tune --no-library`` switches it off, and
 ``--library-exclude-self`` leaves out the entries of the study's own problem (same op, dtype
 and sizes: leave-one-shape-out, the mode a held-out figure is made in; other shapes' entries
-stay).
+stay). Then up to :data:`REFIT_LIMIT` entries of *other* problems re-fitted to the study's
+(:func:`refit_library`, :mod:`tsopt.search.refit`: the schedule kept, tile, cluster, split-K
+and swap-AB re-chosen by the cost model; origin ``library_refit``, user attribute
+``library_refit_from`` naming the entry's source; ``--no-library-refit`` switches it off).
+A problem's own entries are never a re-fit's source: re-fitted to their own shape they could
+only move away from what was measured there. ``bench/library_refit`` judges the re-fit.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from tsopt.core.problem import Problem, ProblemError
 from tsopt.core.records import Measurement
 from tsopt.core.standing import standing
 from tsopt.core.strict_json import JsonInputError, strict_loads
+from tsopt.search.refit import Refit, Refitter
 from tsopt.search.warm_start import enqueue_genomes, shape_distance
 
 if TYPE_CHECKING:
@@ -58,6 +64,13 @@ MAX_CLASS_DISTANCE = 2
 LIMIT = 4
 PER_PROBLEM = 3
 """Entries kept per (space, problem, arch): the best by paired ratio first."""
+REFIT_ORIGIN = "library_refit"
+REFIT_LIMIT = 4
+"""Re-fitted entries a new study starts from at most (after the copies)."""
+REFIT_SOURCES = 12
+"""Entries (distinct genomes) tried as re-fit sources at most."""
+REFIT_DEFAULT = True
+"""Whether a new study starts from re-fits too (``tsopt tune --library-refit``)."""
 
 
 def bucket(size: int) -> str:
@@ -263,11 +276,79 @@ def enqueue(study: Any, space: SearchSpace, view: KnobView,
         for entry in entries))
 
 
+def refit_sources(entries: Sequence[LibraryEntry], space: str, problem: Problem, arch: str,
+                  limit: int = REFIT_SOURCES) -> list[LibraryEntry]:
+    """The entries a re-fit to ``problem`` starts from: those of ``space`` and ``arch`` on
+    *other* problems (never ``problem``'s own, in any mode: re-fitted to its own shape, an
+    entry measured there could only move away from what was measured; with
+    ``--library-exclude-self`` they are not copied either), nearest class first, then nearest
+    shape, then best evidence, one per genome, at most ``limit``. No class distance bounds
+    them: the shape genes are re-chosen, the schedule is what is taken."""
+    near = []
+    for entry in entries:
+        if entry.space != space or entry.arch != arch or entry.problem == problem:
+            continue
+        distance = class_distance(entry.problem, problem)
+        if not math.isfinite(distance):
+            continue
+        near.append(((distance, shape_distance(entry.problem, problem), *entry.rank_key()),
+                     entry))
+    picked: list[LibraryEntry] = []
+    seen: set[str] = set()
+    for _, entry in sorted(near, key=lambda pair: pair[0]):
+        if entry.genome.hash not in seen:
+            seen.add(entry.genome.hash)
+            picked.append(entry)
+        if len(picked) >= limit:
+            break
+    return picked
+
+
+def refit_library(entries: Sequence[LibraryEntry], space: SearchSpace, problem: Problem,
+                  arch: str, view: KnobView, judge: Judge | None,
+                  limit: int = REFIT_LIMIT, skip: Iterable[str] = (),
+                  sources: int = REFIT_SOURCES,
+                  refitter: Refitter | None = None) -> list[tuple[LibraryEntry, Refit]]:
+    """Other shapes' entries re-fitted to ``problem`` (:mod:`tsopt.search.refit`): the
+    :func:`refit_sources`, each re-fitted, in their order, one per distinct result, at most
+    ``limit``; none whose genome is in ``skip`` (the copies a study is started from)."""
+    refitter = refitter or Refitter(space, problem, view, judge)
+    if not refitter.possible:
+        return []
+    unwanted = set(skip)
+    out: list[tuple[LibraryEntry, Refit]] = []
+    for entry in refit_sources(entries, space.name, problem, arch, sources):
+        if len(out) >= limit:
+            break
+        found = refitter.refit(entry.genome)
+        if found is None or found.genome.hash in unwanted:
+            continue
+        unwanted.add(found.genome.hash)
+        out.append((entry, found))
+    return out
+
+
+def enqueue_refits(study: Any, space: SearchSpace, view: KnobView,
+                   refits: Sequence[tuple[LibraryEntry, Refit]]) -> int:
+    """Enqueue each re-fit as a trial of ``study`` (origin ``library_refit``; attributes
+    naming the entry it came from and what moved); returns how many were."""
+    return enqueue_genomes(study, space, view, (
+        (refit.genome, {"library_refit_from": entry.source,
+                        "library_refit_genome": entry.genome.hash,
+                        "library_refit_problem": entry.problem.key,
+                        "library_refit_ratio": entry.ratio,
+                        "library_refit": refit.to_dict()})
+        for entry, refit in refits), origin=REFIT_ORIGIN)
+
+
 def seed_study(study: Any, space: SearchSpace, view: KnobView, problem: Problem, arch: str,
                judge: Judge | None, say: Callable[[str], None],
-               path: Path | str | None = None, exclude_self: bool = False) -> int:
+               path: Path | str | None = None, exclude_self: bool = False,
+               refit: bool = REFIT_DEFAULT) -> int:
     """A new study's first trials: the library's entries for ``problem`` (the driver's hook);
-    ``exclude_self``: without ``problem``'s own entries (leave-one-shape-out, said)."""
+    ``exclude_self``: without ``problem``'s own entries (leave-one-shape-out, said);
+    ``refit``: then other shapes' entries re-fitted to ``problem`` (origin
+    ``library_refit``). Returns how many trials were enqueued."""
     held = load_library(path)
     if exclude_self:
         own = sum(1 for e in held if e.space == space.name and e.arch == arch
@@ -279,6 +360,15 @@ def seed_study(study: Any, space: SearchSpace, view: KnobView, problem: Problem,
     if count:
         say(f"seed library: {count} genome{'s' if count != 1 else ''} from "
             + ", ".join(sorted({f'{e.problem.key} ({e.ratio:.3f}x)' for e in entries})))
+    if refit:
+        refits = refit_library(held, space, problem, arch, view, judge,
+                               skip=[e.genome.hash for e in entries])
+        done = enqueue_refits(study, space, view, refits) if refits else 0
+        if done:
+            say(f"seed library: {done} re-fitted to {problem.key} (tile, cluster, split-K, "
+                "swap-AB re-chosen by the cost model) from "
+                + ", ".join(sorted({e.problem.key for e, _ in refits})))
+        count += done
     return count
 
 

@@ -84,7 +84,10 @@ class TuneRequest:
     library's schedules for the nearest shape class (:mod:`tsopt.search.library`), before the
     warm starts; ``library_exclude_self`` leaves out the library's entries of the study's own
     problem (same op, dtype and sizes; other shapes' entries stay) and the warm starts from
-    studies of it: a leave-one-shape-out run (:attr:`library_mode`); ``sampler`` defaults to
+    studies of it: a leave-one-shape-out run (:attr:`library_mode`); ``library_refit`` adds
+    other shapes' entries re-fitted to the problem (:mod:`tsopt.search.refit`: tile, cluster,
+    split-K and swap-AB re-chosen by the cost model; origin ``library_refit``; nothing
+    without ``library``); ``sampler`` defaults to
     ``evolve`` (:mod:`tsopt.search.evolve`).
     ``deterministic`` keeps to schedules the space calls deterministic
     (``SearchSpace.is_deterministic``: no atomic reduction); a space with none for the problem
@@ -112,6 +115,7 @@ class TuneRequest:
     warm_start: bool = True
     library: bool = True  # start from the seed library (tsopt.search.library)
     library_exclude_self: bool = False  # leave-one-shape-out: the problem's own entries out
+    library_refit: bool = True  # other shapes' entries re-fitted too (tsopt.search.refit)
     knobs: tuple[str, ...] = field(default_factory=tuple)
     pool: str | None = None  # ray | processes: what --workers N runs on (None: see above)
     gpus: int | None = None  # GPUs measuring, one worker each (None: every one visible)

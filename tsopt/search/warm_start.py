@@ -82,9 +82,10 @@ def nearby_best(store: Store, space: str, problem: Problem, arch: str, exclude: 
 
 
 def enqueue_genomes(study: Any, space: SearchSpace, view: KnobView,
-                    genomes: Iterable[tuple[Genome, dict[str, Any]]]) -> int:
-    """Enqueue each genome as a trial (origin ``warm_start``, plus its attributes); returns
-    how many were. A genome the sampler cannot express is skipped."""
+                    genomes: Iterable[tuple[Genome, dict[str, Any]]],
+                    origin: str = "warm_start") -> int:
+    """Enqueue each genome as a trial (``origin``, plus its attributes); returns how many
+    were. A genome the sampler cannot express is skipped."""
     done = 0
     for genome, attrs in genomes:
         try:
@@ -94,7 +95,7 @@ def enqueue_genomes(study: Any, space: SearchSpace, view: KnobView,
         encoded = view.encode(params)
         if not encoded:
             continue
-        study.enqueue_trial(encoded, user_attrs={"origin": "warm_start", **attrs},
+        study.enqueue_trial(encoded, user_attrs={"origin": origin, **attrs},
                             skip_if_exists=True)
         done += 1
     return done
