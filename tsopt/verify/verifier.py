@@ -547,77 +547,89 @@ def _install_bfs_memo() -> None:
 
         def bounded(*args: Any, **kwargs: Any) -> Any:
             # TS imports the checker from its module at each call, so this sees every search.
-            if ts_model.capturing():
-                return ts_model.capture_call(search, *args, **kwargs)
-            log = _BFS_RUN.get()
-            if log is None:
-                return search(*args, **kwargs)
-            if log.max_states is not None:
-                kwargs["max_states"] = log.max_states
-            result = search(*args, **kwargs)
-            log.states += int(result.states_explored)
-            if result.hit_state_limit:
-                bound = kwargs.get("max_states", _ts_default_bound())
-                log.bounded = max(log.bounded or 0, int(bound))
-            return result
+            return _bounded_search(search, *args, **kwargs)
 
         def memoised(self: Any) -> None:
-            listing = _BFS_LISTING.get()
-            if listing is not None:
-                listing.append(ts_model.model_digest(self, original))
-                return
-            context = _BFS_CONTEXT.get()
-            predicting = _BFS_PREDICT.get()
-            log = _BFS_RUN.get()
-            model = ts_model.model_digest(self, original) if context is not None else None
-            if context is None or model is None:  # no memo, or a model it cannot key
-                if not predicting:
-                    original(self)  # searched, not memoised
-                elif log is not None and context is not None:
-                    log.unsearched += 1
-                return
-            cache, space_name = context
-            full = (space_name, model, ts_model.MODEL_ALIASING, ts_model.search_version())
-            bound = (log.max_states if log is not None and log.max_states is not None
-                     else _ts_default_bound())
-            known = cache.bfs_get(full, bound)
-            if known is not None:
-                if log is not None:
-                    log.rests_on.append(known)
-                    if known.bounded is not None:
-                        log.bounded = max(log.bounded or 0, known.bounded)
-                if known.error is not None:
-                    raise ValueError(known.error)
-                return
-            if predicting:
-                if log is not None:
-                    log.unsearched += 1
-                return  # a prediction: the candidate's own verification runs the search
-            before = log.bounded if log is not None else None
-            states_before = log.states if log is not None else 0
-            start = time.perf_counter()
-
-            def ran(**outcome: Any) -> TsSearch:
-                record = TsSearch(*full, seconds=round(time.perf_counter() - start, 4),
-                                  domain=log.domain if log is not None else 0,
-                                  states=log.states - states_before if log is not None else None,
-                                  max_states=bound, **outcome)
-                if log is not None:
-                    log.rests_on.append(record)
-                cache.bfs_put(record)
-                return record
-
-            try:
-                original(self)
-            except ValueError as exc:
-                ran(error=str(exc))
-                raise
-            ran(bounded=log.bounded if log is not None and log.bounded != before else None)
+            _memoised_races(original, self)
 
         exhaustive_checker._tsopt_original_search = search  # type: ignore[attr-defined]
         exhaustive_checker.check_all_interleavings = bounded
         TaskManager._exhaustive_aliasing_races = memoised  # type: ignore[method-assign]
         _BFS_PATCHED.append(True)
+
+
+def _bounded_search(search: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """TS's interleaving search under the calling verification's bound, its states counted
+    (or the model captured, when :mod:`~tsopt.verify.ts_model` is keying one)."""
+    if ts_model.capturing():
+        return ts_model.capture_call(search, *args, **kwargs)
+    log = _BFS_RUN.get()
+    if log is None:
+        return search(*args, **kwargs)
+    if log.max_states is not None:
+        kwargs["max_states"] = log.max_states
+    result = search(*args, **kwargs)
+    log.states += int(result.states_explored)
+    if result.hit_state_limit:
+        bound = kwargs.get("max_states", _ts_default_bound())
+        log.bounded = max(log.bounded or 0, int(bound))
+    return result
+
+
+def _memoised_races(original: Callable[[Any], None], manager: Any) -> None:
+    """TS's exhaustive aliasing-race search of ``manager``, read from the memo when a search
+    of its model is known, else run and recorded (a prediction never runs one)."""
+    listing = _BFS_LISTING.get()
+    if listing is not None:
+        listing.append(ts_model.model_digest(manager, original))
+        return
+    context = _BFS_CONTEXT.get()
+    predicting = _BFS_PREDICT.get()
+    log = _BFS_RUN.get()
+    model = ts_model.model_digest(manager, original) if context is not None else None
+    if context is None or model is None:  # no memo, or a model it cannot key
+        if not predicting:
+            original(manager)  # searched, not memoised
+        elif log is not None and context is not None:
+            log.unsearched += 1
+        return
+    cache, space_name = context
+    full = (space_name, model, ts_model.MODEL_ALIASING, ts_model.search_version())
+    bound = (log.max_states if log is not None and log.max_states is not None
+             else _ts_default_bound())
+    known = cache.bfs_get(full, bound)
+    if known is not None:
+        if log is not None:
+            log.rests_on.append(known)
+            if known.bounded is not None:
+                log.bounded = max(log.bounded or 0, known.bounded)
+        if known.error is not None:
+            raise ValueError(known.error)
+        return
+    if predicting:
+        if log is not None:
+            log.unsearched += 1
+        return  # a prediction: the candidate's own verification runs the search
+    before = log.bounded if log is not None else None
+    states_before = log.states if log is not None else 0
+    start = time.perf_counter()
+
+    def ran(**outcome: Any) -> TsSearch:
+        record = TsSearch(*full, seconds=round(time.perf_counter() - start, 4),
+                          domain=log.domain if log is not None else 0,
+                          states=log.states - states_before if log is not None else None,
+                          max_states=bound, **outcome)
+        if log is not None:
+            log.rests_on.append(record)
+        cache.bfs_put(record)
+        return record
+
+    try:
+        original(manager)
+    except ValueError as exc:
+        ran(error=str(exc))
+        raise
+    ran(bounded=log.bounded if log is not None and log.bounded != before else None)
 
 
 def _ts_default_bound() -> int:
