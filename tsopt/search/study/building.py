@@ -74,13 +74,12 @@ class BuildStage:
     def _known_searches(self, genome: Genome) -> tuple[dict[str, Any], ...]:
         """The exhaustive TS searches the database keeps for ``genome``'s schedule (any
         worker's, any study's): its worker need not run them again."""
-        from tsopt.verify.verifier import schedule_digest, verifier_version
+        from tsopt.verify.verifier import search_keys, search_version
 
-        schedule = schedule_digest(self.space, genome, self.request.problem)
-        if schedule is None:
-            return ()
-        return tuple(x.to_dict() for x in self.store.find_searches(
-            self.space.name, schedule, verifier_version(self.space)))
+        version = search_version()
+        return tuple(x.to_dict() for _, model in search_keys(self.space, genome,
+                                                             self.request.problem)
+                     for x in self.store.find_searches(self.space.name, model, version))
 
     def _judged(self, genome: Genome) -> Verdict | None:
         """The whole verdict of ``genome`` kept in the database (any study's), else None."""
