@@ -441,8 +441,8 @@ def swapped_partial_direct_findings(cfg: GemmConfig) -> list[Finding]:
     """``tsopt.swap_partial_direct``: swapped A and B, the kernel's M (the problem's N) not a
     multiple of the tile, ONE consumer warpgroup spanning two or more m64 rows of wgmma, the
     direct epilogue and the persistent tile loop. Measured wrong on the H200
-    (bench/wrong_answer): at 12288x64x3072 the accepted 2457b04463eb (128x96x32, 16 stages)
-    wrote D wrong on 30 of 30 random inputs and differently on the same inputs twice (a race),
+    (bench/wrong_answer): at a held-out problem's oracle (a kernel M of 64) the accepted
+    2457b04463eb (128x96x32, 16 stages) wrote D wrong on 30 of 30 random inputs and differently on the same inputs twice (a race),
     in the second half of each tile's columns; clusters 1x1/2x1/4x1, 8 stages and tile_n 64 stay
     wrong, tile_m 64 (one m64 row) is right. The hazard is not found yet (the schedule replay
     of :func:`async_consumer_findings` passes it), so the class is refused rather than shipped
