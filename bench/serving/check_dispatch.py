@@ -45,6 +45,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,24 @@ def group_ms(kernels: list[Any]) -> tuple[list[int], list[int]]:
     return sorted(served), sorted(set(outside))
 
 
+@dataclass
+class Group:
+    """One (dtype, N, K) of the package: its kernels, the weight, and inputs at every M tried."""
+
+    ops: Any
+    group: list[Any]
+    first: Any
+    dtype: Any
+    n: int
+    k: int
+    label: str
+    gen: Any
+    b: Any
+    served: list[int]
+    outside: list[int]
+    xs: dict[int, Any]
+
+
 def check_group(ops: Any, group: list[Any], checks: Checks, sleeper: Sleeper,
                 passes: int, calls: int) -> None:
     first = group[0]
@@ -162,7 +181,17 @@ def check_group(ops: Any, group: list[Any], checks: Checks, sleeper: Sleeper,
     served, outside = group_ms(group)
     xs = {m: (torch.randn(m, k, device="cuda", generator=gen) * k ** -0.25).to(dtype)
           for m in served + outside}
-    # 1. routing, eager
+    g = Group(ops, group, first, dtype, n, k, label, gen, b, served, outside, xs)
+    check_routing(g, checks)
+    check_refusals(g, checks)
+    check_compile_and_graphs(g, checks)
+    check_host_cost(g, checks, sleeper, passes, calls)
+
+
+def check_routing(g: Group, checks: Checks) -> None:
+    """Each M routed, eagerly: the kernel the dispatch table names, or torch with one warning."""
+    ops, first, n, k, label, b, served, outside, xs = (
+        g.ops, g.first, g.n, g.k, g.label, g.b, g.served, g.outside, g.xs)
     for m in served + outside:
         a = xs[m]
         want = ops.kernel_for("gemm", first.dtype, (("m", m), ("n", n), ("k", k)))
@@ -179,7 +208,12 @@ def check_group(ops: Any, group: list[Any], checks: Checks, sleeper: Sleeper,
         checks.check(f"route {label} M={m}", ok, f"-> {routed}, rel err {err:.2e}, "
                      f"{len(fallback)} fallback warning(s) for 2 calls", m=m, routed=routed,
                      rel_err=err, warnings=len(fallback))
-    # 2. bad input on each kernel's own op
+
+
+def check_refusals(g: Group, checks: Checks) -> None:
+    """Bad input on each kernel's own op: one line naming the expected size."""
+    ops, group, dtype, n, k, b, served, xs = (
+        g.ops, g.group, g.dtype, g.n, g.k, g.b, g.served, g.xs)
     for kernel in group:
         op = getattr(torch.ops.tsopt, kernel.name)
         lo, hi = kernel.m_range
@@ -196,7 +230,12 @@ def check_group(ops: Any, group: list[Any], checks: Checks, sleeper: Sleeper,
                 text = str(exc)
                 checks.check(f"refuse {kernel.name} {what}", expect in text and "\n" not in text,
                              text[:160])
-    # 3. torch.compile, dynamic M
+
+
+def check_compile_and_graphs(g: Group, checks: Checks) -> None:
+    """torch.compile with dynamic M (one frame), CUDA graphs at several M, cudagraph trees."""
+    first, dtype, k, label, gen, b, served, outside, xs = (
+        g.first, g.dtype, g.k, g.label, g.gen, g.b, g.served, g.outside, g.xs)
     torch._dynamo.reset()
     frames = {"n": 0}
 
@@ -226,7 +265,6 @@ def check_group(ops: Any, group: list[Any], checks: Checks, sleeper: Sleeper,
     except Exception as exc:  # noqa: BLE001 - recorded as a failed check
         checks.check(f"torch.compile fullgraph dynamic M {label}", False,
                      "".join(traceback.format_exception_only(type(exc), exc)).strip()[:300])
-    # 4. CUDA graphs at several M
     for m in served + outside[:1]:
         static_a = xs[m].clone()
         with warnings.catch_warnings():
@@ -265,7 +303,11 @@ def check_group(ops: Any, group: list[Any], checks: Checks, sleeper: Sleeper,
     except Exception as exc:  # noqa: BLE001
         checks.check(f"torch.compile reduce-overhead (cudagraph trees) {label}", False,
                      "".join(traceback.format_exception_only(type(exc), exc)).strip()[:300])
-    # 5. host cost
+
+
+def check_host_cost(g: Group, checks: Checks, sleeper: Sleeper, passes: int, calls: int) -> None:
+    """Host time per call of the op against torch.matmul, the GPU kept busy."""
+    label, b, served, xs = g.label, g.b, g.served, g.xs
     for m in served:
         a = xs[m]
         rows: dict[str, list[float]] = {"torch.matmul": [], "torch.ops.tsopt.gemm": []}
