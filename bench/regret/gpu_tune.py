@@ -75,7 +75,8 @@ def tune_argv(problem: Any, seed: int, budget: str, workers: int, db: Path,
             "--n", str(sizes["n"]), "--k", str(sizes["k"]), "--dtype", problem.problem.dtype,
             "--library-exclude-self", "--time", budget, "--pool", "processes",
             "--workers", str(workers), "--seed", str(seed), "--db", f"sqlite:///{db}",
-            "--study", f"regret-{problem.name}-s{seed}", *extra]
+            "--study", f"regret-{problem.name}-s{seed}",
+            "--bundle", str(db.with_suffix(".bundle")), *extra]
 
 
 def _when(text: str) -> float:

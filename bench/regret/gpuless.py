@@ -253,6 +253,7 @@ def cmd_sidebyside(args: argparse.Namespace) -> int:
                 "entries": roles["entries"], "not_built": roles["not_built"], "passes": []})
             entry["passes"].append({"order": roles["order"], "bundle": item["path"],
                                     "rc": item["rc"], "seconds": item["seconds"],
+                                    "tail": item.get("tail"),
                                     "results": item["results"] or {"measurements": []}})
     out = {"format": FORMAT, "version": 1, "protocol": PROTOCOL, "library": LIBRARY,
            "hosts": sorted(h for h in hosts if h), "host": ",".join(sorted(h for h in hosts if h)),

@@ -19,6 +19,7 @@ it.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import socket
 import sys
@@ -49,9 +50,14 @@ def main() -> int:
                         help="seconds a bundle may need: none is started later than "
                              "deadline - reserve")
     parser.add_argument("--runner-arg", action="append", default=[])
+    parser.add_argument("--only", action="append", default=[],
+                        help="measure only bundles whose path under its folder matches this "
+                             "glob (repeatable), e.g. 's1-*' or 'decode-*'")
     args = parser.parse_args()
     start = time.time()
-    todo = [(folder, b) for folder in args.folders for b in bundles_under(folder)]
+    todo = [(folder, b) for folder in args.folders for b in bundles_under(folder)
+            if not args.only or any(fnmatch.fnmatch(b.relative_to(folder).as_posix(), g)
+                                    for g in args.only)]
     if not todo:
         print(f"error: no bundle (manifest.json) under {' '.join(map(str, args.folders))}",
               file=sys.stderr)

@@ -166,7 +166,7 @@ def problem_document(bundles: Sequence[Path], runs: Sequence[Mapping[str, Any]])
     (their roles.json) and the runner calls that measured them."""
     roles = json.loads((bundles[0].parent / f"{bundles[0].name}.{ROLES_NAME}").read_text())
     passes = [{"order": json.loads((b.parent / f"{b.name}.{ROLES_NAME}").read_text())["order"],
-               "bundle": b.name, "rc": r["rc"], "seconds": r["seconds"],
+               "bundle": b.name, "rc": r["rc"], "seconds": r["seconds"], "tail": r["tail"],
                "results": r["results"] or {"measurements": []}}
               for b, r in zip(bundles, runs, strict=True)]
     return {"name": roles["name"], "problem": roles["problem"], "entries": roles["entries"],
