@@ -12,9 +12,10 @@ this file into every export as ``torch_ops.py``. Usage::
 Two kinds of op:
 
 - **one per kernel**, named after its problem (``gemm_bf16_8192x8192x8192``,
-  ``copy_fp16_4096x4096``): the tuned kernel, for exactly its shape and dtype. It checks its
-  inputs before it launches and raises :class:`KernelInputError` naming what is wrong with
-  each (device, dtype, shape, layout, alignment).
+  ``copy_fp16_4096x4096``): the tuned kernel, for exactly its shape and dtype (a runtime-M
+  kernel, whose artifact.json has an ``m_range``: any M of that range, N and K its own). It
+  checks its inputs before it launches and raises :class:`KernelInputError` naming what is
+  wrong with each (device, dtype, shape or an M outside the range, layout, alignment).
 - **one per op** (``torch.ops.tsopt.gemm``: ``a @ b.T``; ``torch.ops.tsopt.copy``): a dispatch
   table over the kernels of every package loaded. An input it has a kernel for (that shape
   and dtype; CUDA, contiguous, aligned) runs the tuned kernel; any other runs torch
@@ -138,6 +139,8 @@ class PackagedKernel:
     genome_hash: str
     inputs: tuple[Any, ...]  # loader.TensorSpec, in call order
     output: Any  # loader.TensorSpec
+    m_range: tuple[int, int] | None = None
+    """A runtime-M kernel's range of M (from its artifact.json); None: exactly ``sizes``."""
 
     @property
     def qualified(self) -> str:
@@ -145,7 +148,20 @@ class PackagedKernel:
 
     @property
     def problem_text(self) -> str:
-        return f"{self.op} {self.dtype} " + "x".join(str(v) for _, v in self.sizes)
+        texts = [f"{self.m_range[0]}-{self.m_range[1]}" if self.m_range and n == "m" else str(v)
+                 for n, v in self.sizes]
+        return f"{self.op} {self.dtype} " + "x".join(texts)
+
+    def output_shape(self, tensors: Sequence[Any]) -> tuple[Any, ...]:
+        """The output's shape for a call on ``tensors``: its own, with a runtime-M kernel's M
+        dimensions taken from the call (the first input dimension that is M)."""
+        if self.m_range is None:
+            return tuple(self.output.shape)
+        m = next(t.shape[spec.runtime_dims[0]] for spec, t in zip(self.inputs, tensors,
+                                                                   strict=False)
+                 if spec.runtime_dims)
+        return tuple(m if i in self.output.runtime_dims else v
+                     for i, v in enumerate(self.output.shape))
 
 
 @dataclass(frozen=True)
@@ -218,7 +234,8 @@ def read_package(directory: Path | str) -> KernelPackage:
         kernels.append(PackagedKernel(
             name=str(entry["name"]), op=op, dtype=str(entry["dtype"]),
             sizes=tuple((str(n), int(v)) for n, v in entry["sizes"]), directory=kernel_dir,
-            genome_hash=str(entry.get("genome_hash", "")), inputs=inputs, output=outputs[0]))
+            genome_hash=str(entry.get("genome_hash", "")), inputs=inputs, output=outputs[0],
+            m_range=artifact.m_range))
     return KernelPackage(root, tuple(kernels))
 
 
@@ -229,7 +246,8 @@ def input_problems(kernel: PackagedKernel, tensors: Sequence[Any], tracing: bool
     found = []
     devices = {t.device for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda}
     for spec, tensor in zip(kernel.inputs, tensors, strict=True):
-        problems = _loader.tensor_problems(spec, tensor, tracing)
+        problems = (_loader.tensor_problems(spec, tensor, tracing) if kernel.m_range is None
+                    else _loader.tensor_problems(spec, tensor, tracing, m_range=kernel.m_range))
         if len(devices) > 1 and isinstance(tensor, torch.Tensor) and tensor.is_cuda:
             problems.append(f"on {tensor.device}, while the inputs span {sorted(map(str, devices))}")
         if problems:
@@ -239,9 +257,12 @@ def input_problems(kernel: PackagedKernel, tensors: Sequence[Any], tracing: bool
 
 def _refuse(kernel: PackagedKernel, problems: list[str]) -> ValueError:
     """The one error naming every problem of every input (a KernelInputError)."""
+    def shape(t: Any) -> str:
+        return "[" + _loader.shape_text(t, kernel.m_range)[1:-1].rstrip(",") + "]"
+
     return KernelInputError(
         f"{kernel.qualified} (tuned for {kernel.problem_text}, inputs "
-        + ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in kernel.inputs)
+        + ", ".join(f"{t.name} {t.dtype}{shape(t)}" for t in kernel.inputs)
         + f" on a CUDA device, contiguous, {_loader.TMA_ALIGNMENT}-byte aligned): " + "; ".join(problems)
         + f". torch.ops.{NAMESPACE}.{kernel.op} takes any shape (falling back to torch).")
 
@@ -274,6 +295,16 @@ def _launcher(kernel: PackagedKernel) -> Callable[[Sequence[torch.Tensor]], torc
     loaded.load_module()
     launch = loaded.launch
     shape, dtype = kernel.output.shape, TORCH_DTYPES[kernel.output.dtype]
+    if kernel.m_range is not None:  # the output follows the call's M
+        output_shape = kernel.output_shape
+
+        def run_m(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+            device = tensors[0].device
+            out = torch.empty(output_shape(tensors), dtype=dtype, device=device)
+            launch((*tensors, out), device.index)
+            return out
+
+        return run_m
 
     def run(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         device = tensors[0].device
@@ -325,7 +356,8 @@ def _register_kernel(kernel: PackagedKernel) -> None:
         problems = input_problems(kernel, tensors, tracing=True)
         if problems:
             raise _refuse(kernel, problems)
-        return tensors[0].new_empty(kernel.output.shape, dtype=TORCH_DTYPES[kernel.output.dtype])
+        return tensors[0].new_empty(kernel.output_shape(tensors),
+                                    dtype=TORCH_DTYPES[kernel.output.dtype])
 
     _define(kernel.name, [t.name for t in kernel.inputs], run, fake)
     _KERNELS[kernel.name] = kernel

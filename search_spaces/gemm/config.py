@@ -243,9 +243,11 @@ def parse_cluster(text: str) -> tuple[int, int]:
 
 
 def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str,
-              sm_count: int = DEFAULT_SM_COUNT) -> GemmConfig:
+              sm_count: int = DEFAULT_SM_COUNT,
+              m_range: tuple[int, int] | None = None) -> GemmConfig:
     """The kernel configuration a genome describes for a problem, on a GPU of ``sm_count``
-    SMs (the target's device profile: ``HopperGemmSpace.config``)."""
+    SMs (the target's device profile: ``HopperGemmSpace.config``); ``m_range``: the problem's
+    runtime M range (its ``m`` is the upper end), None for a fixed M."""
 
     def num(name: str) -> int:
         value = genome[name]
@@ -275,4 +277,5 @@ def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str,
         split_k=int(gene(genome, "split_k")),  # type: ignore[call-overload]
         stream_k=bool(gene(genome, "stream_k")),
         sm_count=sm_count,
+        m_range=m_range,
     )

@@ -44,7 +44,7 @@ from tsopt.core.space import (  # noqa: E402
 )
 from tsopt.search_spaces.common import placement as placement_rules  # noqa: E402
 from tsopt.search_spaces.common.screen_cache import shipped_screen  # noqa: E402
-from tsopt.search_spaces.gemm.checks import gemm_checks  # noqa: E402
+from tsopt.search_spaces.gemm.checks import gemm_checks, range_findings  # noqa: E402
 from tsopt.search_spaces.gemm.config import (  # noqa: E402
     ADDED_GENES,
     BODIES,
@@ -357,7 +357,7 @@ class HopperGemmSpace(SearchSpace):
                device: DeviceProfile | None = None) -> GemmConfig:
         """The kernel's configuration for ``problem`` on ``device`` (:meth:`target_device`)."""
         return config_of(genome, problem.sizes, problem.dtype,
-                         self.target_device(device).sm_count)
+                         self.target_device(device).sm_count, problem.m_range)
 
     def dataflow_error(self, genome: Genome) -> str | None:
         if genome.space != SPACE:
@@ -398,7 +398,10 @@ class HopperGemmSpace(SearchSpace):
         return max(4, stages + 2, depth + 2)
 
     def tsopt_checks(self, genome: Genome, problem: Problem) -> list[Finding]:
-        return gemm_checks(self.config(genome, problem))
+        """tsopt's checks; for a runtime-M problem at each M its range is judged at
+        (``checks.range_sizes``: TS's skeleton never sees M, so TS's verdict holds for all)."""
+        cfg = self.config(genome, problem)
+        return gemm_checks(cfg) if cfg.m_range is None else range_findings(cfg)
 
     def verdict_key(self, genome: Genome, problem: Problem) -> str:
         cfg = self.config(genome, problem)
