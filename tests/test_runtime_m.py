@@ -218,3 +218,16 @@ def test_the_torch_op_of_a_range_kernel_follows_m_and_refuses_outside(tmp_path: 
     text = str(refused.value)
     assert "a: M=65 (dimension 0) is outside this kernel's M range 1..64" in text
     assert "inputs a bf16[1..64, 32], b bf16[16, 32]" in text
+
+
+@pytest.mark.slow
+def test_the_exported_kernel_of_a_range_recompiles_to_the_built_cubin(space, built,
+                                                                      tmp_path: Path) -> None:
+    from tests.test_gemm_export import recompile
+
+    source = space.export_source(space.genome(), parse_problem_spec(RANGE), "sm_90a",
+                                 f"test export for {RANGE}")
+    assert "m_range=(1, 256)," in source and "mark_compact_shape_dynamic" in source
+    (tmp_path / "kernel.py").write_text(source)
+    recompile(tmp_path / "kernel.py", tmp_path / "again.cubin")
+    assert (tmp_path / "again.cubin").read_bytes() == (built["range"] / "kernel.cubin").read_bytes()
