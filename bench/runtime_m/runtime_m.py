@@ -144,68 +144,77 @@ def draw(space: Any, rng: random.Random, spec: str, seen: set[str]) -> Any:
 
 def build(args: argparse.Namespace) -> None:
     """Draw, judge and build until ``--count`` genomes are accepted and built, the problems
-    taken in turn; the index is rewritten after every case (a partial build is usable)."""
+    taken in turn; ``--jobs`` forked workers keep twice as many genomes in flight, taken back
+    in the order drawn (the sample is the same for a seed whatever the pool). The index is
+    rewritten after every case (a partial build is usable)."""
+    from collections import deque
+    from concurrent.futures import Future, ProcessPoolExecutor
+
     from tsopt.core.dsl_env import ensure_arch
-    from tsopt.core.problem import parse_problem_spec
-    from tsopt.search_spaces.gemm.checks import m_tile, range_sizes
 
     ensure_arch(ARCH)
     out = Path(args.out)
     (out / "artifacts").mkdir(parents=True, exist_ok=True)
-    space, _ = _space_and_cache()
+    space, _ = _space_and_cache()  # imported once, before the workers fork
     problems = args.problem or list(PROBLEMS)
     rng = random.Random(args.seed)
-    pool = None
-    if args.jobs > 1:
-        import multiprocessing as mp
-
-        pool = mp.get_context("fork").Pool(args.jobs)
     index: dict[str, Any] = {"format": INDEX_FORMAT, "seed": args.seed, "arch": ARCH,
                              "problems": problems, "source_digest": space.source_digest(),
                              "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                             "cases": [], "rejected": {}, "build_failed": []}
+                             "cases": [], "rejected": {}, "build_failed": [], "drawn": 0}
     seen: set[str] = set()
-    turn = 0
     started = time.time()
+    import multiprocessing as mp
+
+    pool = ProcessPoolExecutor(max(1, args.jobs), mp_context=mp.get_context("fork"))
+    flight: deque[tuple[Any, str, Future[dict[str, Any]]]] = deque()
     while len(index["cases"]) < args.count:
-        batch = []
-        for _ in range(max(1, args.jobs)):
-            spec = problems[turn % len(problems)]
-            turn += 1
-            batch.append((draw(space, rng, spec, seen), spec))
-        jobs = [(g.to_dict(), spec, str(out / "artifacts")) for g, spec in batch]
-        rows = pool.map(judge_and_build, jobs) if pool else [judge_and_build(j) for j in jobs]
-        for (genome, spec), row in zip(batch, rows, strict=True):
-            if not row["valid"]:
-                index["rejected"][row["rule"]] = index["rejected"].get(row["rule"], 0) + 1
-                continue
-            if row["build"]["status"] != "ok" or len(index["cases"]) >= args.count:
-                if row["build"]["status"] != "ok":
-                    index["build_failed"].append({"genome_hash": genome.hash, "spec": spec,
-                                                  "error": row["build"]["error"]})
-                continue
-            problem = parse_problem_spec(spec)
-            cfg = space.config(genome, problem)
-            tile = m_tile(cfg)
-            case = {
-                "id": len(index["cases"]), "genome_hash": genome.hash, "genome": genome.to_dict(),
-                "spec": spec, "problem": problem.to_dict(), "dtype": problem.dtype,
-                "artifact": f"artifacts/{row['build']['cache_key']}", "m_tile": tile,
-                "genes": {**genome.genes}, "verified_at": list(range_sizes(cfg)),
-                "ms": planned_ms(problem.m_range, tile, random.Random(f"{args.seed}:{genome.hash}")),
-                "verify_s": row["verify_s"], "build": row["build"]}
-            index["cases"].append(case)
-            print(f"[{len(index['cases'])}/{args.count}] {genome.short_hash} {spec} tile {tile} "
-                  f"{len(case['ms'])} Ms; verify {row['verify_s']} s, compile "
-                  f"{row['build']['compile_seconds']:.1f} s", flush=True)
-        index["draw_batches"] = turn
+        while len(flight) < 2 * max(1, args.jobs):
+            spec = problems[index["drawn"] % len(problems)]
+            index["drawn"] += 1
+            genome = draw(space, rng, spec, seen)
+            flight.append((genome, spec, pool.submit(
+                judge_and_build, (genome.to_dict(), spec, str(out / "artifacts")))))
+        genome, spec, future = flight.popleft()
+        take(index, space, genome, spec, future.result(), args)
         index["build_s"] = round(time.time() - started, 1)
         out.joinpath("index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
-    if pool is not None:
-        pool.close()
-        pool.join()
-    print(f"{len(index['cases'])} cases in {index['build_s']} s; rejected by rule "
-          f"{index['rejected']}; {len(index['build_failed'])} build failures", flush=True)
+    for _, _, future in flight:
+        future.cancel()
+    pool.shutdown(wait=True, cancel_futures=True)
+    print(f"{len(index['cases'])} cases in {index['build_s']} s from {index['drawn']} genomes "
+          f"judged; rejected by rule {index['rejected']}; {len(index['build_failed'])} build "
+          "failures", flush=True)
+
+
+def take(index: dict[str, Any], space: Any, genome: Any, spec: str, row: dict[str, Any],
+         args: argparse.Namespace) -> None:
+    """One judged genome into the index: a case (accepted and built), a rejection by rule or
+    a build failure."""
+    from tsopt.core.problem import parse_problem_spec
+    from tsopt.search_spaces.gemm.checks import m_tile, range_sizes
+
+    if not row["valid"]:
+        index["rejected"][row["rule"]] = index["rejected"].get(row["rule"], 0) + 1
+        return
+    if row["build"]["status"] != "ok":
+        index["build_failed"].append({"genome_hash": genome.hash, "spec": spec,
+                                      "error": row["build"]["error"]})
+        return
+    problem = parse_problem_spec(spec)
+    cfg = space.config(genome, problem)
+    tile = m_tile(cfg)
+    case = {
+        "id": len(index["cases"]), "genome_hash": genome.hash, "genome": genome.to_dict(),
+        "spec": spec, "problem": problem.to_dict(), "dtype": problem.dtype,
+        "artifact": f"artifacts/{row['build']['cache_key']}", "m_tile": tile,
+        "genes": {**genome.genes}, "verified_at": list(range_sizes(cfg)),
+        "ms": planned_ms(problem.m_range, tile, random.Random(f"{args.seed}:{genome.hash}")),
+        "verify_s": row["verify_s"], "build": row["build"]}
+    index["cases"].append(case)
+    print(f"[{len(index['cases'])}/{args.count}] {genome.short_hash} {spec} tile {tile} "
+          f"{len(case['ms'])} Ms; verify {row['verify_s']} s, compile "
+          f"{row['build']['compile_seconds']:.1f} s", flush=True)
 
 
 # ------------------------------------------------------------------------------------------
