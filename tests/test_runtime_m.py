@@ -218,6 +218,19 @@ def test_the_torch_op_of_a_range_kernel_follows_m_and_refuses_outside(tmp_path: 
     text = str(refused.value)
     assert "a: M=65 (dimension 0) is outside this kernel's M range 1..64" in text
     assert "inputs a bf16[1..64, 32], b bf16[16, 32]" in text
+    # Traced with a dynamic M: one graph for every M of the range, no graph break.
+    graphs = []
+
+    def recording(gm, example_inputs):  # type: ignore[no-untyped-def]
+        graphs.append(gm)
+        return gm.forward  # the fake implementation on meta tensors: nothing launches
+
+    compiled = torch.compile(lambda x, w: op(x, w).float().sum(dim=1), fullgraph=True,
+                             dynamic=True, backend=recording)
+    for m in (5, 17, 64):
+        assert tuple(compiled(torch.empty(m, 32, dtype=torch.bfloat16, device="meta"),
+                              b).shape) == (m,)
+    assert len(graphs) == 1
 
 
 @pytest.mark.slow
