@@ -190,34 +190,36 @@ def test_the_loader_wants_one_m_in_a_call(built) -> None:
 
 # -- the torch op -------------------------------------------------------------------------
 def test_the_torch_op_of_a_range_kernel_follows_m_and_refuses_outside(tmp_path: Path) -> None:
+    # Sizes no other test registers: the op registry and its dispatch table are the process's.
     directory = tmp_path / "k"
     directory.mkdir()
     (directory / "artifact.json").write_text(json.dumps({
-        "library": "libkernel.so", "genome_hash": "ab" * 32, "m_range": [1, 64],
-        "tensors": [{"name": "a", "role": "input", "shape": [64, 32], "dtype": "bf16",
+        "library": "libkernel.so", "genome_hash": "ab" * 32, "m_range": [8, 72],
+        "tensors": [{"name": "a", "role": "input", "shape": [72, 40], "dtype": "bf16",
                      "runtime_dims": [0]},
-                    {"name": "b", "role": "input", "shape": [16, 32], "dtype": "bf16"},
-                    {"name": "d", "role": "output", "shape": [64, 16], "dtype": "bf16",
+                    {"name": "b", "role": "input", "shape": [24, 40], "dtype": "bf16"},
+                    {"name": "d", "role": "output", "shape": [72, 24], "dtype": "bf16",
                      "runtime_dims": [0]}]}))
-    name = "gemm_bf16_1_64x16x32_rtm_test"
+    name = "gemm_bf16_8_72x24x40_rtm_test"
     (tmp_path / "manifest.json").write_text(json.dumps({
         "format": "tsopt-export", "version": 2, "package": True, "files": {}, "kernels": [
-            {"name": name, "op": "gemm", "dtype": "bf16", "sizes": [["m", 64], ["n", 16],
-                                                                     ["k", 32]],
+            {"name": name, "op": "gemm", "dtype": "bf16", "sizes": [["m", 72], ["n", 24],
+                                                                     ["k", 40]],
              "dir": "k", "genome_hash": "ab" * 32}]}))
     package = torch_ops.load(tmp_path, preload=False)
     (kernel,) = package.kernels
-    assert kernel.m_range == (1, 64) and kernel.problem_text == "gemm bf16 1-64x16x32"
+    assert kernel.m_range == (8, 72) and kernel.problem_text == "gemm bf16 8-72x24x40"
     op = package.op(name)
-    b = torch.empty(16, 32, dtype=torch.bfloat16, device="meta")
-    for m in (1, 33, 64):  # the fake output follows the call's M
-        out = op(torch.empty(m, 32, dtype=torch.bfloat16, device="meta"), b)
-        assert tuple(out.shape) == (m, 16)
-    with pytest.raises(KernelInputError) as refused:
-        op(torch.empty(65, 32, dtype=torch.bfloat16, device="meta"), b)
-    text = str(refused.value)
-    assert "a: M=65 (dimension 0) is outside this kernel's M range 1..64" in text
-    assert "inputs a bf16[1..64, 32], b bf16[16, 32]" in text
+    b = torch.empty(24, 40, dtype=torch.bfloat16, device="meta")
+    for m in (8, 33, 72):  # the fake output follows the call's M
+        out = op(torch.empty(m, 40, dtype=torch.bfloat16, device="meta"), b)
+        assert tuple(out.shape) == (m, 24)
+    for m in (7, 73):
+        with pytest.raises(KernelInputError) as refused:
+            op(torch.empty(m, 40, dtype=torch.bfloat16, device="meta"), b)
+        text = str(refused.value)
+        assert f"a: M={m} (dimension 0) is outside this kernel's M range 8..72" in text
+        assert "inputs a bf16[8..72, 40], b bf16[24, 40]" in text
     # Traced with a dynamic M: one graph for every M of the range, no graph break.
     graphs = []
 
@@ -227,8 +229,8 @@ def test_the_torch_op_of_a_range_kernel_follows_m_and_refuses_outside(tmp_path: 
 
     compiled = torch.compile(lambda x, w: op(x, w).float().sum(dim=1), fullgraph=True,
                              dynamic=True, backend=recording)
-    for m in (5, 17, 64):
-        assert tuple(compiled(torch.empty(m, 32, dtype=torch.bfloat16, device="meta"),
+    for m in (9, 17, 72):
+        assert tuple(compiled(torch.empty(m, 40, dtype=torch.bfloat16, device="meta"),
                               b).shape) == (m,)
     assert len(graphs) == 1
 
