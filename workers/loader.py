@@ -6,8 +6,10 @@ file into every export as ``loader.py``. The GPU runner loads candidates
 through the same code.
 
 A kernel directory holds ``libkernel.so`` (the ABI of tsopt.core.artifact:
-``int tsopt_load(void)``, ``int tsopt_launch(void **data, int n, void *stream)``)
-and ``artifact.json`` (its tensors in call order, with roles and shapes).
+``int tsopt_load(void)``, ``int tsopt_launch(void **data, int n, void *stream)``, and for a
+kernel whose M is a launch argument ``int tsopt_launch_m(void **data, int n, int m, void
+*stream)``) and ``artifact.json`` (its tensors in call order, with roles and shapes; a
+runtime-M kernel's ``m_range`` and each tensor's ``runtime_dims``, the dimensions that are M).
 Usage::
 
     from loader import load_kernel        # or: from tsopt import load_kernel
@@ -49,6 +51,11 @@ TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfl
 TMA_ALIGNMENT = 16
 """Bytes a tensor's data pointer must be a multiple of: the TMA unit needs 16-byte aligned
 global addresses (a tensor sliced at an odd offset is contiguous but not aligned)."""
+
+LAUNCH_M_SYMBOL = "tsopt_launch_m"
+"""A runtime-M kernel's launch at the call's M (tsopt.core.artifact)."""
+M_OUTSIDE_RANGE = -2
+"""What ``tsopt_launch_m`` returns for an M outside the kernel's range."""
 
 MAX_SIGNATURES = 1024
 """Signatures a cache of passed checks holds; past it the cache starts again (a caller whose
@@ -115,6 +122,8 @@ class CudaRuntime:
     def describe(self, code: int) -> str:
         if code == -1:
             return "-1 (the shim refused the tensor count)"
+        if code == M_OUTSIDE_RANGE:
+            return f"{M_OUTSIDE_RANGE} (the shim refused an M outside the kernel's range)"
         name = self.lib.cudaGetErrorName(code) or b"?"
         text = self.lib.cudaGetErrorString(code) or b"?"
         return f"{code} {name.decode()}: {text.decode()}"
@@ -228,7 +237,8 @@ def load_cuda(needed: str | None = None) -> CudaLibraries:
 class KernelLibrary:
     """An artifact's shared library: ``int load(void)``, ``int launch(void **, int, void *)``."""
 
-    def __init__(self, path: Path, load_symbol: str, launch_symbol: str, cuda: CudaLibraries):
+    def __init__(self, path: Path, load_symbol: str, launch_symbol: str, cuda: CudaLibraries,
+                 launch_m_symbol: str | None = None):
         self.path = path
         self.cuda = cuda
         try:
@@ -246,6 +256,17 @@ class KernelLibrary:
         self._launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_void_p]
         self._launch.restype = ctypes.c_int
         self.launch_symbol = self._launch  # the ctypes function itself, argtypes set once
+        self.launch_m_symbol: Any = None
+        """``tsopt_launch_m`` of a runtime-M kernel (``(data, n, m, stream)``), else None."""
+        if launch_m_symbol is not None:
+            try:
+                self.launch_m_symbol = getattr(self.handle, launch_m_symbol)
+            except AttributeError as exc:
+                raise KernelLoadError(f"{path.name} has an M range but no {launch_m_symbol}: "
+                                      f"{exc}") from None
+            self.launch_m_symbol.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                                             ctypes.c_int, ctypes.c_void_p]
+            self.launch_m_symbol.restype = ctypes.c_int
 
     @classmethod
     def open(cls, artifact_dir: Path, manifest: Any) -> KernelLibrary:
@@ -257,7 +278,9 @@ class KernelLibrary:
         if not path.is_file():
             raise KernelLoadError(f"no library {manifest.library!r} in {artifact_dir}")
         cuda = load_cuda(needed_cudart(path))
-        return cls(path, manifest.load_symbol, manifest.launch_symbol, cuda)
+        ranged = getattr(manifest, "m_range", None) is not None
+        return cls(path, manifest.load_symbol, manifest.launch_symbol, cuda,
+                   LAUNCH_M_SYMBOL if ranged else None)
 
     def load_module(self) -> int:
         return int(self._load())
@@ -273,6 +296,8 @@ class TensorSpec:
     role: str
     shape: tuple[int, ...]
     dtype: str
+    runtime_dims: tuple[int, ...] = ()
+    """Dimensions that are the call's M (a runtime-M kernel); ``shape`` holds its upper end."""
 
 
 @dataclass(frozen=True)
@@ -289,6 +314,8 @@ class KernelManifest:
     """SMs its grid was sized for (None: any GPU), checked when its module loads."""
     device: str = ""
     """The device profile it was built for (``H200_SXM``), "" before profiles were recorded."""
+    m_range: tuple[int, int] | None = None
+    """A runtime-M kernel's range of M (lo, hi); None: it serves exactly its shapes."""
 
     @classmethod
     def read(cls, directory: Path) -> KernelManifest:
@@ -300,13 +327,15 @@ class KernelManifest:
                 load_symbol=str(doc.get("load_symbol", "tsopt_load")),
                 launch_symbol=str(doc.get("launch_symbol", "tsopt_launch")),
                 tensors=tuple(
-                    TensorSpec(t["name"], t["role"], tuple(int(x) for x in t["shape"]), t["dtype"])
+                    TensorSpec(t["name"], t["role"], tuple(int(x) for x in t["shape"]), t["dtype"],
+                               tuple(int(x) for x in t.get("runtime_dims", ())))
                     for t in doc["tensors"]
                 ),
                 genome_hash=str(doc.get("genome_hash", "")),
                 problem=dict(doc.get("problem", {})),
                 decomposition_sms=decomposition_sms(doc),
                 device=str((doc.get("device") or {}).get("id", "")),
+                m_range=_m_range(doc.get("m_range")),
             )
         except FileNotFoundError:
             raise KernelLoadError(
@@ -316,19 +345,56 @@ class KernelManifest:
             raise KernelLoadError(f"{path}: malformed ({type(exc).__name__}: {exc})") from None
 
 
-def tensor_problems(spec: TensorSpec, tensor: Any, tracing: bool = False) -> list[str]:
+def _m_range(value: Any) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    lo, hi = (int(v) for v in value)
+    if not 1 <= lo <= hi:
+        raise ValueError(f"m_range {value!r} is not [lo, hi] with 1 <= lo <= hi")
+    return lo, hi
+
+
+def shape_text(spec: TensorSpec, m_range: tuple[int, int] | None = None) -> str:
+    """``spec``'s shape as a caller must give it: ``(256, 4096)``, or ``(1..256, 4096)``
+    where a dimension is the call's M."""
+    dims = [f"{m_range[0]}..{m_range[1]}" if m_range and i in spec.runtime_dims else str(v)
+            for i, v in enumerate(spec.shape)]
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def shape_problem(spec: TensorSpec, shape: tuple[Any, ...],
+                  m_range: tuple[int, int] | None = None) -> str | None:
+    """What is wrong with ``shape`` for ``spec`` in one phrase, else None: a fixed dimension
+    that differs (naming the expected shape), or for a runtime-M kernel an M outside its
+    range (naming the range)."""
+    if len(shape) != len(spec.shape):
+        return f"shape {tuple(shape)} != {shape_text(spec, m_range)}"
+    for i, (got, want) in enumerate(zip(shape, spec.shape, strict=True)):
+        if m_range is not None and i in spec.runtime_dims:
+            if not m_range[0] <= got <= m_range[1]:
+                return (f"M={got} (dimension {i}) is outside this kernel's M range "
+                        f"{m_range[0]}..{m_range[1]}")
+        elif got != want:
+            return f"shape {tuple(shape)} != {shape_text(spec, m_range)}"
+    return None
+
+
+def tensor_problems(spec: TensorSpec, tensor: Any, tracing: bool = False,
+                    m_range: tuple[int, int] | None = None) -> list[str]:
     """What keeps ``tensor`` from being ``spec``'s argument, in words (empty: it fits).
 
-    Shape, dtype, device (CUDA), layout (contiguous, row-major) and alignment (the data
-    pointer, :data:`TMA_ALIGNMENT`). ``tracing``: a fake or meta tensor of torch.compile, which
-    has no data pointer; a meta device passes.
+    Shape (with ``m_range``, a runtime-M kernel's: its M dimensions anywhere in the range),
+    dtype, device (CUDA), layout (contiguous, row-major) and alignment (the data pointer,
+    :data:`TMA_ALIGNMENT`). ``tracing``: a fake or meta tensor of torch.compile, which has no
+    data pointer; a meta device passes.
     """
     if not isinstance(tensor, torch.Tensor):
         return [f"expected a torch.Tensor, got {type(tensor).__name__}"]
     want = TORCH_DTYPES[spec.dtype]
     problems = []
-    if tuple(tensor.shape) != spec.shape:
-        problems.append(f"shape {tuple(tensor.shape)} != {spec.shape}")
+    wrong_shape = shape_problem(spec, tuple(tensor.shape), m_range)
+    if wrong_shape is not None:
+        problems.append(wrong_shape)
     if tensor.dtype != want:
         problems.append(f"dtype {tensor.dtype} != {want}")
     if not tensor.is_cuda and not (tracing and tensor.device.type == "meta"):
@@ -373,18 +439,31 @@ class LoadedKernel:
         self._abi_order = [given.index(t.name) for t in self.manifest.tensors]
         self._pointers = ctypes.c_void_p * len(self.manifest.tensors)
         self._launch_symbol = self.library.launch_symbol
+        self._launch_m_symbol = self.library.launch_m_symbol
         self._output_specs = [(t.shape, TORCH_DTYPES[t.dtype]) for t in self.outputs]
         self._passed: dict[tuple[Any, ...], None] = {}  # signatures whose checks passed
+        self.m_range = self.manifest.m_range
+        """A runtime-M kernel's range of M (checked per call signature), else None."""
+        # Where a call's M is read: the first runtime dimension of an input (inputs first, as
+        # launch() takes them), and which output dimensions it sizes.
+        self._m_at = next(((i, t.runtime_dims[0]) for i, t in enumerate(self.inputs)
+                           if t.runtime_dims), None) if self.m_range else None
+        if self.m_range is not None and self._m_at is None:
+            raise KernelLoadError(f"{self.directory}: artifact.json gives an m_range but no "
+                                  "input with runtime_dims")
 
     def __repr__(self) -> str:
-        sig = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.inputs)
-        outs = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.outputs)
+        def shape(t: TensorSpec) -> str:
+            return "[" + shape_text(t, self.m_range)[1:-1].rstrip(",") + "]"
+        sig = ", ".join(f"{t.name}: {t.dtype}{shape(t)}" for t in self.inputs)
+        outs = ", ".join(f"{t.name}: {t.dtype}{shape(t)}" for t in self.outputs)
         return f"<tsopt kernel {self.manifest.genome_hash[:12]} ({sig}) -> ({outs})>"
 
     def _check(self, spec: TensorSpec, tensor: Any) -> None:
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{spec.name}: expected a torch.Tensor, got {type(tensor).__name__}")
-        problems = tensor_problems(spec, tensor)
+        problems = (tensor_problems(spec, tensor) if self.m_range is None
+                    else tensor_problems(spec, tensor, m_range=self.m_range))
         if problems:
             raise KernelInputError(f"{spec.name}: " + "; ".join(problems))
 
@@ -405,7 +484,10 @@ class LoadedKernel:
         ``device_index``, unchecked: for a caller that checked this signature already (the
         call below, torch_ops.py). Raises RuntimeError if the launch fails."""
         pointers = self._pointers(*[tensors[i].data_ptr() for i in self._abi_order])
-        if current_device_index() == device_index:
+        if self._m_at is not None:
+            index, dim = self._m_at
+            code = self._launch_m(pointers, int(tensors[index].shape[dim]), device_index)
+        elif current_device_index() == device_index:
             code = self._launch_symbol(pointers, len(pointers), current_stream_handle(device_index))
         else:
             # The library launches on the current device's context.
@@ -413,6 +495,38 @@ class LoadedKernel:
                 code = self._launch_symbol(pointers, len(pointers), current_stream_handle(device_index))
         if code != 0:
             raise RuntimeError(f"launch failed: {self.library.cuda.runtime.describe(code)}")
+
+    def _launch_m(self, pointers: Any, m: int, device_index: int) -> int:
+        """A runtime-M kernel's launch at ``m``, on the current stream of ``device_index``."""
+        if current_device_index() == device_index:
+            return int(self._launch_m_symbol(pointers, len(pointers), m,
+                                             current_stream_handle(device_index)))
+        with torch.cuda.device(device_index):
+            return int(self._launch_m_symbol(pointers, len(pointers), m,
+                                             current_stream_handle(device_index)))
+
+    def call_m(self, tensors: Any) -> int | None:
+        """A call's M (inputs, then outputs): what its first runtime dimension holds; None for a
+        fixed-M kernel."""
+        if self._m_at is None:
+            return None
+        index, dim = self._m_at
+        return int(tensors[index].shape[dim])
+
+    def output_shapes(self, m: int | None) -> list[tuple[int, ...]]:
+        """The outputs' shapes for a call at ``m`` (a fixed-M kernel's own)."""
+        return [tuple(m if m is not None and i in spec.runtime_dims else v
+                      for i, v in enumerate(spec.shape)) for spec in self.outputs]
+
+    def _check_m_agrees(self, tensors: Any) -> None:
+        """Every runtime dimension of a call holds the same M (A's rows are D's)."""
+        m = self.call_m(tensors)
+        for spec, tensor in zip(self.inputs + self.outputs, tensors, strict=False):
+            for dim in spec.runtime_dims:
+                if int(tensor.shape[dim]) != m:
+                    raise KernelInputError(
+                        f"{spec.name}: dimension {dim} is {int(tensor.shape[dim])}, but the "
+                        f"call's M (from {self.inputs[self._m_at[0]].name}) is {m}")  # type: ignore[index]
 
     def _admit(self, inputs: Any, outs: Any, key: Any) -> None:
         """The full checks, raising what is wrong; once they pass, ``key`` is remembered."""
@@ -428,6 +542,8 @@ class LoadedKernel:
                 )
             for spec, tensor in zip(self.outputs, outs, strict=True):
                 self._check(spec, tensor)
+        if self.m_range is not None:
+            self._check_m_agrees([*inputs, *(outs or [])])
         self.load_module()
         if key is not None:
             remember(self._passed, key, None)
@@ -444,8 +560,13 @@ class LoadedKernel:
             self._admit(inputs, outs, key)
         device = inputs[0].device if inputs else torch.device("cuda", current_device_index())
         if outs is None:
-            outs = [torch.empty(shape, dtype=dtype, device=device)
-                    for shape, dtype in self._output_specs]
+            if self._m_at is None:
+                outs = [torch.empty(shape, dtype=dtype, device=device)
+                        for shape, dtype in self._output_specs]
+            else:
+                shapes = self.output_shapes(self.call_m(inputs))
+                outs = [torch.empty(shape, dtype=dtype, device=device)
+                        for shape, (_, dtype) in zip(shapes, self._output_specs, strict=True)]
         index = device.index if device.index is not None else current_device_index()
         self.launch((*inputs, *outs), index)
         return outs[0] if len(outs) == 1 else tuple(outs)

@@ -12,9 +12,10 @@ this file into every export as ``torch_ops.py``. Usage::
 Two kinds of op:
 
 - **one per kernel**, named after its problem (``gemm_bf16_8192x8192x8192``,
-  ``copy_fp16_4096x4096``): the tuned kernel, for exactly its shape and dtype. It checks its
-  inputs before it launches and raises :class:`KernelInputError` naming what is wrong with
-  each (device, dtype, shape, layout, alignment).
+  ``copy_fp16_4096x4096``): the tuned kernel, for exactly its shape and dtype (a runtime-M
+  kernel, whose artifact.json has an ``m_range``: any M of that range, N and K its own). It
+  checks its inputs before it launches and raises :class:`KernelInputError` naming what is
+  wrong with each (device, dtype, shape or an M outside the range, layout, alignment).
 - **one per op** (``torch.ops.tsopt.gemm``: ``a @ b.T``; ``torch.ops.tsopt.copy``): a dispatch
   table over the kernels of every package loaded. An input it has a kernel for (that shape
   and dtype; CUDA, contiguous, aligned) runs the tuned kernel; any other runs torch
@@ -302,7 +303,8 @@ def input_problems(kernel: PackagedKernel, tensors: Sequence[Any], tracing: bool
     found = []
     devices = {t.device for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda}
     for spec, tensor in zip(kernel.inputs, tensors, strict=True):
-        problems = _loader.tensor_problems(spec, tensor, tracing)
+        problems = (_loader.tensor_problems(spec, tensor, tracing) if kernel.m_range is None
+                    else _loader.tensor_problems(spec, tensor, tracing, m_range=kernel.m_range))
         if len(devices) > 1 and isinstance(tensor, torch.Tensor) and tensor.is_cuda:
             problems.append(f"on {tensor.device}, while the inputs span {sorted(map(str, devices))}")
         if problems:

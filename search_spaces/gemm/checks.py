@@ -40,9 +40,16 @@ operand with a single row) and ``tsopt.swizzle_band`` (:func:`swizzle_band_findi
 persistent raster swizzle wider than the problem, whose empty tiles run in full); and one
 rule of a class measured wrong whose cause is not found, ``tsopt.swap_partial_direct``
 (:func:`swapped_partial_direct_findings`).
+
+A kernel whose M is a launch argument (``cfg.m_range``) is judged by every rule above at
+each M of :func:`range_sizes` (the extremes of its range, one tile, a partial last tile, the
+persistent loop's shortest and longest runs: :func:`range_findings`), and by
+``tsopt.runtime_m`` (:func:`runtime_m_findings`: what cannot follow M at run time).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from tsopt.core.space import Finding
 from tsopt.search_spaces.gemm.config import SMEM_CAPACITY, GemmConfig
@@ -340,10 +347,15 @@ def unit_extent_findings(cfg: GemmConfig) -> list[Finding]:
     tile, split_k or epilogue. The extents are the kernel's (``cfg.m``, ``cfg.n``): with
     ``swap_ab`` the problem's M is the kernel's N (its B operand and D's columns), which
     builds the same 1-row descriptor (2 of the 12 crashes were swapped). N and K are
-    multiples of 8 (``tsopt.alignment``)."""
+    multiples of 8 (``tsopt.alignment``).
+
+    A runtime M is not such a mode: its extent is a dynamic value when the descriptor is
+    built, so CuTe keeps the row mode whatever the call's M (``bench/runtime_m`` runs M = 1
+    on the H200); the rule judges the extents compiled in."""
     findings = []
+    dynamic = ("N" if cfg.swap_ab else "M") if cfg.runtime_m else None
     for mode, extent, operand in (("M", cfg.m, "A"), ("N", cfg.n, "B")):
-        if extent != 1:
+        if extent != 1 or mode == dynamic:
             continue
         dim = {"M": "N", "N": "M"}[mode] if cfg.swap_ab else mode
         swapped = f" (the kernel's {mode}: swap_ab)" if cfg.swap_ab else ""
@@ -355,6 +367,71 @@ def unit_extent_findings(cfg: GemmConfig) -> list[Finding]:
             f"2-D boxes: an illegal instruction on the GPU (CUDA error 715); use {dim} >= 2 "
             "(e.g. pad with a zero row)",
         ))
+    return findings
+
+
+def runtime_m_findings(cfg: GemmConfig) -> list[Finding]:
+    """``tsopt.runtime_m``: what a kernel cannot do when M is a launch argument.
+
+    Stream-K: its decomposition (``StreamKPlan``: which units of which tiles each CTA takes,
+    the workspace's slots and its flags) is computed on the host from the tile count, which a
+    runtime M changes; making that plan a launch-time computation (and the workspace sized
+    for the range's largest) is not done, so a stream-K kernel serves one M (a fixed-M
+    problem, ``gemm:dtype:MxNxK``). Split-K's decomposition is along K alone and follows M."""
+    if not cfg.runtime_m or not cfg.stream_k:
+        return []
+    lo, hi = cfg.m_range  # type: ignore[misc]
+    return [Finding(
+        "tsopt.runtime_m",
+        f"stream_k cannot take M at run time (range {lo}-{hi}): its split of the tiles into "
+        "units, its workspace slots and flags are fixed at build time from M's tile count; "
+        "tune a fixed M (gemm:dtype:MxNxK) for stream-K")]
+
+
+def m_tile(cfg: GemmConfig) -> int:
+    """Rows of the problem's M one work tile covers (swapped, the kernel's columns)."""
+    return cfg.tile_n if cfg.swap_ab else cfg.cta_tile_m
+
+
+def at_m(cfg: GemmConfig, m: int) -> GemmConfig:
+    """``cfg`` launched at a problem M of ``m`` (a runtime-M kernel's configuration stays one:
+    its stores predicated, its row mode dynamic)."""
+    return dataclasses.replace(cfg, **({"n": m} if cfg.swap_ab else {"m": m}))
+
+
+def range_sizes(cfg: GemmConfig) -> tuple[int, ...]:
+    """The M values a runtime-M kernel is judged at, sorted: the range's smallest and largest,
+    exactly one work tile, a partial last tile (one row past a whole tile, at both ends of the
+    range), and the persistent loop's turns: its shortest run (every CTA one tile, at the
+    smallest M) and the first M at which a CTA takes a second tile (the longest run is at
+    the largest M)."""
+    lo, hi = cfg.m_range  # type: ignore[misc]
+    tile = m_tile(cfg)
+    wanted = {lo, hi, tile, tile + 1, hi - hi % tile + 1, lo - lo % tile + tile + 1}
+    if cfg.persistent:
+        # One wave is sm_count // cluster_size clusters; the clusters across the fixed side
+        # (N, or swapped the kernel's M) times those along M first outnumber it here.
+        dyn, fixed = ((cfg.cluster_n, cfg.cluster_m) if cfg.swap_ab
+                      else (cfg.cluster_m, cfg.cluster_n))
+        across = -(-(cfg.tiles_m if cfg.swap_ab else cfg.tiles_n) // fixed)
+        wave = max(1, cfg.sm_count // cfg.cluster_size)
+        wanted.add(wave // across * tile * dyn + 1)
+    return tuple(sorted(m for m in wanted if lo <= m <= hi))
+
+
+def range_findings(cfg: GemmConfig) -> list[Finding]:
+    """tsopt's checks of a runtime-M kernel: :func:`runtime_m_findings`, then every rule of
+    :func:`gemm_checks` at each M of :func:`range_sizes`, the first finding of each rule named
+    with the M it fails at."""
+    findings = runtime_m_findings(cfg)
+    rules = {f.rule for f in findings}
+    lo, hi = cfg.m_range  # type: ignore[misc]
+    for m in range_sizes(cfg):
+        for finding in gemm_checks(at_m(cfg, m)):
+            if finding.rule not in rules:
+                rules.add(finding.rule)
+                findings.append(Finding(finding.rule, f"{finding.message} (at M={m} of the "
+                                                      f"runtime range {lo}-{hi})"))
     return findings
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from tsopt.core.dsl_env import ensure_arch
 from tsopt.core.genome import Genome
+from tsopt.core.space import GeneDomain, gene_kind
 from tsopt.search_spaces.common import placement
 from tsopt.search_spaces.common.placement import TaskOps
 
@@ -243,9 +244,11 @@ def parse_cluster(text: str) -> tuple[int, int]:
 
 
 def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str,
-              sm_count: int = DEFAULT_SM_COUNT) -> GemmConfig:
+              sm_count: int = DEFAULT_SM_COUNT,
+              m_range: tuple[int, int] | None = None) -> GemmConfig:
     """The kernel configuration a genome describes for a problem, on a GPU of ``sm_count``
-    SMs (the target's device profile: ``HopperGemmSpace.config``)."""
+    SMs (the target's device profile: ``HopperGemmSpace.config``); ``m_range``: the problem's
+    runtime M range (its ``m`` is the upper end), None for a fixed M."""
 
     def num(name: str) -> int:
         value = genome[name]
@@ -275,4 +278,78 @@ def config_of(genome: Genome, problem_sizes: dict[str, int], dtype: str,
         split_k=int(gene(genome, "split_k")),  # type: ignore[call-overload]
         stream_k=bool(gene(genome, "stream_k")),
         sm_count=sm_count,
+        m_range=m_range,
     )
+
+
+# --------------------------------------------------------------------------------------
+# Genomes from knob values, and what makes one unfit for the kernel
+# --------------------------------------------------------------------------------------
+
+
+def genome_of(**values: Any) -> Genome:
+    """A genome from knob values; every knob not given takes the seed's value
+    (``HopperGemmSpace.genome``).
+
+    Placement knobs may also be given as tuples: ``load=(body, depth, defer)``,
+    ``mma=(body, depth, defer, pending, drain)``.
+    """
+    placement = dict(SEED_PLACEMENT)
+    genes = dict(SEED_GENES)
+    if "load" in values:
+        body, depth, defer = values.pop("load")
+        placement.update({"load.body": ",".join(body), "load.depth": depth,
+                          "load.defer": defer})
+    if "mma" in values:
+        body, depth, defer, pending, drain = values.pop("mma")
+        placement.update({"mma.body": ",".join(body), "mma.depth": depth, "mma.defer": defer,
+                          "mma.pending": pending, "mma.drain": drain})
+    for name, value in values.items():
+        if name in placement:
+            placement[name] = value
+        elif name in genes:
+            genes[name] = value
+        else:
+            raise KeyError(f"gemm space has no knob {name!r}")
+    structure = {n: genes[n] for n in STRUCTURE_CHOICES
+                 if not (n in OMITTED_AT_DEFAULT and genes[n] == ADDED_GENES[n])}
+    numeric = {n: genes[n] for n in NUMERIC_CHOICES
+               if not (n in OMITTED_AT_DEFAULT and genes[n] == ADDED_GENES[n])}
+    load = load_placement(str(placement["load.body"]).split(","), int(placement["load.depth"]),
+                          str(placement["load.defer"]))
+    mma = mma_placement(str(placement["mma.body"]).split(","), int(placement["mma.depth"]),
+                        str(placement["mma.defer"]), int(placement["mma.pending"]),
+                        str(placement["mma.drain"]))
+    return Genome.make(SPACE, {"load": load, "mma": mma}, structure, numeric)
+
+
+def genome_dataflow_error(genome: Genome) -> str | None:
+    """Why ``genome`` is not a GEMM genome the kernel can compute (another space, a task or
+    gene missing or unknown, an added gene out of its choices, a placement using a value
+    before it is produced), else None (``HopperGemmSpace.dataflow_error``)."""
+    if genome.space != SPACE:
+        return f"genome is of space {genome.space!r}, not {SPACE!r}"
+    tasks = {t.task for t in genome.schedule}
+    if tasks != set(TASK_OPS):
+        return f"gemm genomes schedule tasks {sorted(TASK_OPS)}, got {sorted(tasks)}"
+    missing = [g for g in (*NUMERIC_CHOICES, *STRUCTURE_CHOICES)
+               if g not in genome.genes and g not in ADDED_GENES]
+    if missing:
+        return f"genome lacks gene(s) {missing}"
+    unknown = sorted(set(genome.genes) - {*NUMERIC_CHOICES, *STRUCTURE_CHOICES})
+    if unknown:
+        return f"unknown gene(s) {unknown} for space {SPACE!r}"
+    for name, meaning in ADDED_GENES.items():
+        # Left out of the schema (a genome may lack it), so judged here when present:
+        # any value but the choices would silently mean the default to the kernel.
+        if name in genome.genes:
+            choices = gene_choices(name)
+            error = GeneDomain(name, gene_kind(meaning), choices=choices).error(genome[name])
+            if error is not None:
+                return error
+    for task in TASK_OPS:
+        ops = tuple((p.op, p.section) for p in genome.task(task).ops)
+        error = placement_dataflow_error(task, ops)
+        if error:
+            return f"{task}: {error}"
+    return None

@@ -96,33 +96,45 @@ def compile_kernel(arch, keep_dir=None):
 
 def check_on_gpu():
     """D = A @ B^T on fresh random inputs, D poisoned with NaN first; compared with
-    A.float() @ B.float().T (relative error, Frobenius norm). Needs a GPU."""
+    A.float() @ B.float().T (relative error, Frobenius norm). A runtime-M kernel
+    (CONFIG.m_range) is checked at the smallest, a middle and the largest M of its range,
+    with no recompile. Needs a GPU."""
     import torch
     from cutlass.cute.runtime import from_dlpack
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[CONFIG.dtype]
     tolerance = {"bf16": 1e-2, "fp16": 5e-3}[CONFIG.dtype]
-    m, n = CONFIG.problem_m, CONFIG.problem_n  # CONFIG.m/n are the kernel's (swap_ab)
-    a = torch.randn(m, CONFIG.k, device="cuda").to(dtype)
-    b = torch.randn(n, CONFIG.k, device="cuda").to(dtype)
-    d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+    m_top, n = CONFIG.problem_m, CONFIG.problem_n  # CONFIG.m/n are the kernel's (swap_ab)
+    ranged = CONFIG.m_range is not None
+    lo, hi = CONFIG.m_range if ranged else (m_top, m_top)
     compiled = compile_kernel(ARCH)
     stream = cuda_driver.CUstream(torch.cuda.current_stream().cuda_stream)
-    tensors = [from_dlpack(t, assumed_align=16) for t in (a, b, d)]
+    workspace = None
     if CONFIG.workspace_bytes:  # stream-K's fix-up: zeroed once, left zeroed by the kernel
         workspace = torch.zeros(CONFIG.workspace_bytes // 4, dtype=torch.float32, device="cuda")
-        tensors.append(from_dlpack(workspace, assumed_align=16))
-    compiled(*tensors, stream)
-    torch.cuda.synchronize()
-    reference = a.float() @ b.float().T
-    unwritten = int(torch.isnan(d).sum().item())
-    rel_err = float((d.float() - reference).norm() / reference.norm())
-    ok = unwritten == 0 and rel_err < tolerance
-    print(f"{'PASS' if ok else 'FAIL'}: D = A @ B^T ({m}x{n}x{CONFIG.k} "
-          f"{CONFIG.dtype}), relative error {rel_err:.2e} (limit {tolerance:.0e}), "
-          f"{unwritten} elements unwritten")
-    return 0 if ok else 1
-
+    failed = 0
+    for m in sorted({lo, (lo + hi) // 2, hi}):
+        a = torch.randn(m, CONFIG.k, device="cuda").to(dtype)
+        b = torch.randn(n, CONFIG.k, device="cuda").to(dtype)
+        d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+        tensors = [from_dlpack(t, assumed_align=16) for t in (a, b, d)]
+        if ranged:  # M is a launch argument: A's and D's rows are dynamic
+            for i, t in ((0, a), (2, d)):
+                tensors[i] = tensors[i].mark_compact_shape_dynamic(
+                    mode=0, stride_order=t.dim_order())
+        if workspace is not None:
+            tensors.append(from_dlpack(workspace, assumed_align=16))
+        compiled(*tensors, stream)
+        torch.cuda.synchronize()
+        reference = a.float() @ b.float().T
+        unwritten = int(torch.isnan(d).sum().item())
+        rel_err = float((d.float() - reference).norm() / reference.norm())
+        ok = unwritten == 0 and rel_err < tolerance
+        failed += not ok
+        print(f"{'PASS' if ok else 'FAIL'}: D = A @ B^T ({m}x{n}x{CONFIG.k} "
+              f"{CONFIG.dtype}), relative error {rel_err:.2e} (limit {tolerance:.0e}), "
+              f"{unwritten} elements unwritten")
+    return 1 if failed else 0
 
 '''
 

@@ -164,128 +164,164 @@ def _config(genes: dict[str, Any], dtype: str, mnk: tuple[int, int, int],
     )
 
 
-def gemm_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress | None) -> FunnelCount:
-    """The GEMM space's funnel for ``problem`` (see the module doc), judged by ``judge``."""
-    space.check(problem)
-    mnk = (problem["m"], problem["n"], problem["k"])
-    aows = _choices("advance_on_wait")
-    stages_choices = _choices("stages")
-    legal = {"load": space.legal_placements("load"), "mma": space.legal_placements("mma")}
+Schedule = tuple[Any, Any, bool, bool, int]
+"""(load key, mma key, advance_on_wait, persistent, stages): one TS-valid S."""
 
-    def tick(what: str, done: int, total: int) -> None:
-        if progress:
-            progress(what, done, total)
 
-    # 1. Per-task screen: each legal placement next to the canonical partner, layout L0.
-    alive: dict[tuple[str, bool], list[Any]] = {}
-    total = len(aows) * (len(legal["load"]) + len(legal["mma"]))
-    done = 0
-    for aow in aows:
-        for task in ("load", "mma"):
-            keep = []
-            for key in legal[task]:
-                genome = space.genome(**{task: key}, **_partner(task, aow),
-                                      advance_on_wait=aow, **L0)
-                verdict = judge(genome, problem)
-                done += 1
-                tick("screening placements", done, total)
-                if _ts_ok(verdict) or verdict.rule in JOINT_RULES:
-                    keep.append(key)
-            alive[(task, aow)] = keep
+class _Funnel:
+    """One funnel count of the GEMM space for ``problem``: each step of the module doc as a
+    method, every verdict from ``judge``."""
 
-    # 2. Layout screen: every warp/register/cluster layout with the canonical schedule.
-    layouts = [dict(zip(LAYOUT_GENES, v, strict=True))
-               for v in itertools.product(*(_choices(g) for g in LAYOUT_GENES))]
-    layout_ok = []
-    for i, genes in enumerate(layouts):
-        if _ts_ok(judge(space.genome(**genes, **LAYOUT_SCREEN_O), problem)):
-            layout_ok.append(genes)
-        tick("screening layouts", i + 1, len(layouts))
+    def __init__(self, space: Any, problem: Problem, judge: Judge,
+                 progress: Progress | None) -> None:
+        space.check(problem)
+        self.space, self.problem, self.judge, self.progress = space, problem, judge, progress
+        self.mnk = (problem["m"], problem["n"], problem["k"])
+        self.aows = _choices("advance_on_wait")
+        self.stages = _choices("stages")
+        self.legal = {"load": space.legal_placements("load"),
+                      "mma": space.legal_placements("mma")}
+        self.others = {p: _others(p) for p in (False, True)}
 
-    # 3. Joint schedules (non-persistent, L_DEPTH) at every stage count; persistence by rule.
-    persistent_ok = {}
-    for aow in aows:
-        for stages in stages_choices:
-            genome = space.genome(advance_on_wait=aow, persistent=True, stages=stages,
-                                  mma=CANONICAL_MMA[aow], **L_DEPTH)
-            persistent_ok[(aow, stages)] = _ts_ok(judge(genome, problem))
-    schedules: list[tuple[Any, Any, bool, bool, int]] = []
-    joint_total = sum(len(alive[("load", a)]) * len(alive[("mma", a)]) for a in aows)
-    joint_total *= len(stages_choices)
-    done = 0
-    for aow in aows:
-        for load in alive[("load", aow)]:
-            for mma in alive[("mma", aow)]:
-                for stages in stages_choices:
-                    verdict = judge(space.genome(load=load, mma=mma, advance_on_wait=aow,
-                                                 stages=stages, **L_DEPTH), problem)
+    def tick(self, what: str, done: int, total: int) -> None:
+        if self.progress:
+            self.progress(what, done, total)
+
+    def screen_tasks(self) -> dict[tuple[str, bool], list[Any]]:
+        """1. Each legal placement next to the canonical partner, layout L0."""
+        alive: dict[tuple[str, bool], list[Any]] = {}
+        total = len(self.aows) * (len(self.legal["load"]) + len(self.legal["mma"]))
+        done = 0
+        for aow in self.aows:
+            for task in ("load", "mma"):
+                keep = []
+                for key in self.legal[task]:
+                    genome = self.space.genome(**{task: key}, **_partner(task, aow),
+                                               advance_on_wait=aow, **L0)
+                    verdict = self.judge(genome, self.problem)
                     done += 1
-                    tick("verifying joint schedules", done, joint_total)
+                    self.tick("screening placements", done, total)
+                    if _ts_ok(verdict) or verdict.rule in JOINT_RULES:
+                        keep.append(key)
+                alive[(task, aow)] = keep
+        return alive
+
+    def screen_layouts(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """2. Every warp/register/cluster layout with the canonical schedule: (all, valid)."""
+        layouts = [dict(zip(LAYOUT_GENES, v, strict=True))
+                   for v in itertools.product(*(_choices(g) for g in LAYOUT_GENES))]
+        layout_ok = []
+        for i, genes in enumerate(layouts):
+            if _ts_ok(self.judge(self.space.genome(**genes, **LAYOUT_SCREEN_O), self.problem)):
+                layout_ok.append(genes)
+            self.tick("screening layouts", i + 1, len(layouts))
+        return layouts, layout_ok
+
+    def joint_schedules(self, alive: dict[tuple[str, bool], list[Any]]) -> list[Schedule]:
+        """3. Joint schedules (non-persistent, L_DEPTH) at every stage count; persistence by
+        rule."""
+        persistent_ok = {}
+        for aow in self.aows:
+            for stages in self.stages:
+                genome = self.space.genome(advance_on_wait=aow, persistent=True, stages=stages,
+                                           mma=CANONICAL_MMA[aow], **L_DEPTH)
+                persistent_ok[(aow, stages)] = _ts_ok(self.judge(genome, self.problem))
+        schedules: list[Schedule] = []
+        total = sum(len(alive[("load", a)]) * len(alive[("mma", a)]) for a in self.aows)
+        total *= len(self.stages)
+        done = 0
+        for aow in self.aows:
+            for load, mma in itertools.product(alive[("load", aow)], alive[("mma", aow)]):
+                for stages in self.stages:
+                    verdict = self.judge(self.space.genome(
+                        load=load, mma=mma, advance_on_wait=aow, stages=stages, **L_DEPTH),
+                        self.problem)
+                    done += 1
+                    self.tick("verifying joint schedules", done, total)
                     if _ts_ok(verdict):
                         schedules.append((load, mma, aow, False, stages))
                         if persistent_ok[(aow, stages)]:
                             schedules.append((load, mma, aow, True, stages))
+        return schedules
 
-    # Counts. Each TS-valid S pairs with every TS-valid L and every O whose SMEM fits
-    # (the SMEM size depends on S's stages, O's tiles and epilogue, L's warpgroup arrangement).
-    others = {p: _others(p) for p in (False, True)}
-    classes = sorted({_smem_class(layout) for layout in layout_ok})
-    fits = {(p, st, c): [o for o in others[p] if _smem_fits(st, o, problem.dtype, c)]
-            for p in (False, True) for st in stages_choices for c in classes}
+    def smem_fits(self, layout_ok: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
+        """The O whose SMEM fits, per (persistent, stages, SMEM class of the layout)."""
+        classes = sorted({_smem_class(layout) for layout in layout_ok})
+        return {(p, st, c): [o for o in self.others[p] if _smem_fits(st, o, self.problem.dtype, c)]
+                for p in (False, True) for st in self.stages for c in classes}
+
+    def tsopt_checked(self, schedules: list[Schedule], layout_ok: list[dict[str, Any]],
+                      fits: dict[Any, list[dict[str, Any]]]) -> int:
+        """4. tsopt's checks: the schedule hazards once per S, the resource rules per (L, O)."""
+        lo_pass: dict[tuple[bool, int, int], int] = {}
+        checked = 0
+        dtype = self.problem.dtype
+        for si, (load, mma, aow, persistent, stages) in enumerate(schedules):
+            self.tick("tsopt checks", si + 1, len(schedules))
+            probe = _config({"advance_on_wait": aow, "persistent": persistent, "stages": stages},
+                            dtype, self.mnk, load, mma)
+            if async_consumer_findings(probe, probe.k_tiles) or any(
+                    f.rule == "tsopt.stage_identity" for f in gemm_checks(probe)):
+                continue
+            key = (persistent, stages, max(probe.prefetch, probe.inflight))
+            if key not in lo_pass:
+                lo_pass[key] = sum(
+                    1 for layout in layout_ok
+                    for other in fits[(persistent, stages, _smem_class(layout))]
+                    if not _resource_findings(
+                        {**layout, **other, "persistent": persistent, "stages": stages,
+                         "advance_on_wait": aow}, dtype, self.mnk, load, mma))
+            checked += lo_pass[key]
+        return checked
+
+    def draw_and_predict(self, schedules: list[Schedule], layouts: list[dict[str, Any]],
+                         layout_ok: list[dict[str, Any]]) -> tuple[Any, Any]:
+        """5. A random genome of the space, and whether the factorisation says it is valid:
+        the pair that tests the factorisation against full verification."""
+        space, problem, legal = self.space, self.problem, self.legal
+        valid_keys = set(schedules)
+        layout_keys = {tuple(g[k] for k in LAYOUT_GENES) for g in layout_ok}
+
+        def draw(rng: random.Random) -> Genome:
+            if rng.random() < 0.5 and schedules:
+                load, mma, aow, persistent, stages = rng.choice(schedules)
+            else:
+                aow = rng.choice(self.aows)
+                load, mma = rng.choice(legal["load"]), rng.choice(legal["mma"])
+                persistent, stages = rng.random() < 0.2, rng.choice(self.stages)
+            pool = layout_ok if rng.random() < 0.7 and layout_ok else layouts
+            layout = dict(rng.choice(pool))
+            if persistent or rng.random() < 0.5:  # persistent BFS runs are the slow ones
+                layout.update(consumers=1, arrangement="cooperative")
+            other = rng.choice(self.others[persistent])
+            return space.genome(load=load, mma=mma, advance_on_wait=aow, persistent=persistent,
+                                stages=stages, **layout, **other)
+
+        def predicted(genome: Genome) -> bool:
+            cfg = space.config(genome, problem)
+            key = (load_key(cfg.load_ops), mma_key(cfg.mma_ops), cfg.advance_on_wait,
+                   cfg.persistent, cfg.stages)
+            layout = tuple(genome[g] for g in LAYOUT_GENES)
+            return key in valid_keys and layout in layout_keys and cfg.smem_bytes <= SMEM_CAPACITY
+
+        return draw, predicted
+
+
+def gemm_funnel(space: Any, problem: Problem, judge: Judge, progress: Progress | None) -> FunnelCount:
+    """The GEMM space's funnel for ``problem`` (see the module doc), judged by ``judge``."""
+    run = _Funnel(space, problem, judge, progress)
+    alive = run.screen_tasks()
+    layouts, layout_ok = run.screen_layouts()
+    schedules = run.joint_schedules(alive)
+    # Each TS-valid S pairs with every TS-valid L and every O whose SMEM fits (the SMEM size
+    # depends on S's stages, O's tiles and epilogue, L's warpgroup arrangement).
+    fits = run.smem_fits(layout_ok)
     ts_valid = sum(len(fits[(s[3], s[4], _smem_class(layout))])
                    for s in schedules for layout in layout_ok)
     raw = space.placement_count("load") * space.placement_count("mma") * space.gene_count()
-    legal_n = len(legal["load"]) * len(legal["mma"]) * space.gene_count()
-
-    # 4. tsopt's checks: the schedule hazards once per S, the resource rules per (L, O).
-    lo_pass: dict[tuple[bool, int, int], int] = {}
-    checked = 0
-    for si, (load, mma, aow, persistent, stages) in enumerate(schedules):
-        tick("tsopt checks", si + 1, len(schedules))
-        probe = _config({"advance_on_wait": aow, "persistent": persistent, "stages": stages},
-                        problem.dtype, mnk, load, mma)
-        if async_consumer_findings(probe, probe.k_tiles) or any(
-                f.rule == "tsopt.stage_identity" for f in gemm_checks(probe)):
-            continue
-        depth = max(probe.prefetch, probe.inflight)
-        key = (persistent, stages, depth)
-        if key not in lo_pass:
-            lo_pass[key] = sum(
-                1 for layout in layout_ok
-                for other in fits[(persistent, stages, _smem_class(layout))]
-                if not _resource_findings(
-                    {**layout, **other, "persistent": persistent, "stages": stages,
-                     "advance_on_wait": aow},
-                    problem.dtype, mnk, load, mma)
-            )
-        checked += lo_pass[key]
-
-    # 5. Test the factorisation on random genomes verified in full.
-    valid_keys = {(s[0], s[1], s[2], s[3], s[4]) for s in schedules}
-    layout_keys = {tuple(g[k] for k in LAYOUT_GENES) for g in layout_ok}
-
-    def draw(rng: random.Random) -> Genome:
-        if rng.random() < 0.5 and schedules:
-            load, mma, aow, persistent, stages = rng.choice(schedules)
-        else:
-            aow = rng.choice(aows)
-            load, mma = rng.choice(legal["load"]), rng.choice(legal["mma"])
-            persistent, stages = rng.random() < 0.2, rng.choice(stages_choices)
-        pool = layout_ok if rng.random() < 0.7 and layout_ok else layouts
-        layout = dict(rng.choice(pool))
-        if persistent or rng.random() < 0.5:  # persistent BFS runs are the slow ones
-            layout.update(consumers=1, arrangement="cooperative")
-        other = rng.choice(others[persistent])
-        return space.genome(load=load, mma=mma, advance_on_wait=aow, persistent=persistent,
-                            stages=stages, **layout, **other)
-
-    def predicted(genome: Genome) -> bool:
-        cfg = space.config(genome, problem)
-        key = (load_key(cfg.load_ops), mma_key(cfg.mma_ops), cfg.advance_on_wait, cfg.persistent,
-               cfg.stages)
-        layout = tuple(genome[g] for g in LAYOUT_GENES)
-        return key in valid_keys and layout in layout_keys and cfg.smem_bytes <= SMEM_CAPACITY
-
+    legal_n = len(run.legal["load"]) * len(run.legal["mma"]) * space.gene_count()
+    checked = run.tsopt_checked(schedules, layout_ok, fits)
+    draw, predicted = run.draw_and_predict(schedules, layouts, layout_ok)
     return FunnelCount(raw, legal_n, ts_valid, checked,
                        method="factorised verification (search_spaces/gemm/funnel.py)",
                        draw=draw, predicted=predicted)
@@ -382,78 +418,94 @@ def gemm_factors(space: Any, problem: Problem, judge: Judge) -> tuple[Factor, ..
     5. ``rest``: every other knob (tiles, epilogue, raster, swizzle, genes added later),
        given all the above: the genome's SMEM fits and tsopt's checks pass on it.
     """
-    knob_names = [k.name for k in space.knobs(problem)]
-    layout_knobs = tuple(g for g in LAYOUT_GENES if g in knob_names)
-    decided = {*PLACEMENT_FACTOR_KNOBS["load"], *PLACEMENT_FACTOR_KNOBS["mma"], *DEPTH_KNOBS,
-               *layout_knobs}
-    rest_knobs = tuple(n for n in knob_names if n not in decided)
-    memo: dict[Any, bool] = {}
+    judges = _FactorJudges(space, problem, judge)
+    return (
+        Factor("load", PLACEMENT_FACTOR_KNOBS["load"], lambda p: judges.task_ok("load", p),
+               "producer placement next to the canonical consumer (TS at L0)"),
+        Factor("mma", PLACEMENT_FACTOR_KNOBS["mma"], lambda p: judges.task_ok("mma", p),
+               "consumer placement next to the canonical producer (TS at L0)"),
+        Factor("depth", DEPTH_KNOBS, judges.depth_ok,
+               "the joint schedule at these stages (TS at L_DEPTH), persistence, schedule hazards"),
+        Factor("layout", judges.layout_knobs, judges.layout_ok,
+               "warps, registers, cluster (TS with S0)"),
+        Factor("rest", judges.rest_knobs, judges.rest_ok,
+               "SMEM and tsopt's checks on the genome itself"),
+    )
 
-    def remembered(key: Any, decide: Any) -> bool:
-        if key not in memo:
-            memo[key] = bool(decide())
-        return memo[key]
 
+class _FactorJudges:
+    """Each factor's ``legal(params)`` of :func:`gemm_factors`, the verdicts memoised per
+    factor value."""
+
+    def __init__(self, space: Any, problem: Problem, judge: Judge) -> None:
+        self.space, self.problem, self.judge = space, problem, judge
+        knob_names = [k.name for k in space.knobs(problem)]
+        self.layout_knobs = tuple(g for g in LAYOUT_GENES if g in knob_names)
+        decided = {*PLACEMENT_FACTOR_KNOBS["load"], *PLACEMENT_FACTOR_KNOBS["mma"],
+                   *DEPTH_KNOBS, *self.layout_knobs}
+        self.rest_knobs = tuple(n for n in knob_names if n not in decided)
+        self.memo: dict[Any, bool] = {}
+
+    def remembered(self, key: Any, decide: Any) -> bool:
+        if key not in self.memo:
+            self.memo[key] = bool(decide())
+        return self.memo[key]
+
+    @staticmethod
     def placement(params: Any, task: str) -> Any:
         return parse_placement_name(task, str(params[f"{task}.placement"]))
 
-    def task_ok(task: str, params: Any) -> bool:
+    def task_ok(self, task: str, params: Any) -> bool:
         aow = bool(params["advance_on_wait"])
-        key = placement(params, task)
+        key = self.placement(params, task)
 
         def decide() -> bool:
-            verdict = judge(space.genome(**{task: key}, **_partner(task, aow),
-                                         advance_on_wait=aow, **L0), problem)
+            verdict = self.judge(self.space.genome(**{task: key}, **_partner(task, aow),
+                                                   advance_on_wait=aow, **L0), self.problem)
             return _ts_ok(verdict) or verdict.rule in JOINT_RULES
-        return remembered((task, aow, key), decide)
+        return self.remembered((task, aow, key), decide)
 
-    def depth_ok(params: Any) -> bool:
+    def depth_ok(self, params: Any) -> bool:
+        space, problem = self.space, self.problem
         aow, persistent, stages = (bool(params["advance_on_wait"]), bool(params["persistent"]),
                                    int(params["stages"]))
-        load, mma = placement(params, "load"), placement(params, "mma")
+        load, mma = self.placement(params, "load"), self.placement(params, "mma")
 
         def joint() -> bool:
             genome = space.genome(load=load, mma=mma, advance_on_wait=aow, stages=stages,
                                   **L_DEPTH)
-            if not _ts_ok(judge(genome, problem)):
+            if not _ts_ok(self.judge(genome, problem)):
                 return False
             cfg = space.config(space.genome(load=load, mma=mma, advance_on_wait=aow,
-                                             stages=stages, persistent=persistent), problem)
+                                            stages=stages, persistent=persistent), problem)
             return not (async_consumer_findings(cfg, cfg.k_tiles) or any(
                 f.rule == "tsopt.stage_identity" for f in gemm_checks(cfg)))
 
         def persistent_ok() -> bool:
-            return _ts_ok(judge(space.genome(advance_on_wait=aow, persistent=True, stages=stages,
-                                             mma=CANONICAL_MMA[aow], **L_DEPTH), problem))
-        return (remembered(("joint", load, mma, aow, stages, persistent), joint)
-                and (not persistent or remembered(("persistent", aow, stages), persistent_ok)))
+            return _ts_ok(self.judge(space.genome(advance_on_wait=aow, persistent=True,
+                                                  stages=stages, mma=CANONICAL_MMA[aow],
+                                                  **L_DEPTH), problem))
+        return (self.remembered(("joint", load, mma, aow, stages, persistent), joint)
+                and (not persistent or self.remembered(("persistent", aow, stages),
+                                                       persistent_ok)))
 
-    def layout_ok(params: Any) -> bool:
-        genes = {g: params[g] for g in layout_knobs}
+    def layout_ok(self, params: Any) -> bool:
+        genes = {g: params[g] for g in self.layout_knobs}
 
         def decide() -> bool:
-            verdict = judge(space.genome(**genes, **LAYOUT_SCREEN_O), problem)
+            genome = self.space.genome(**genes, **LAYOUT_SCREEN_O)
+            verdict = self.judge(genome, self.problem)
             if verdict.stage == "tsopt":  # only the rules no tile or schedule can change
-                findings = space.tsopt_checks(space.genome(**genes, **LAYOUT_SCREEN_O), problem)
+                findings = self.space.tsopt_checks(genome, self.problem)
                 return not any(f.rule in LAYOUT_TSOPT_RULES for f in findings)
             return _ts_ok(verdict)
-        return remembered(("layout", tuple(genes.items())), decide)
+        return self.remembered(("layout", tuple(genes.items())), decide)
 
-    def rest_ok(params: Any) -> bool:
-        genome = proposal_genome(space, params)
-        cfg = space.config(genome, problem)
-        return cfg.smem_bytes <= SMEM_CAPACITY and not space.tsopt_checks(genome, problem)
-
-    return (
-        Factor("load", PLACEMENT_FACTOR_KNOBS["load"], lambda p: task_ok("load", p),
-               "producer placement next to the canonical consumer (TS at L0)"),
-        Factor("mma", PLACEMENT_FACTOR_KNOBS["mma"], lambda p: task_ok("mma", p),
-               "consumer placement next to the canonical producer (TS at L0)"),
-        Factor("depth", DEPTH_KNOBS, depth_ok,
-               "the joint schedule at these stages (TS at L_DEPTH), persistence, schedule hazards"),
-        Factor("layout", layout_knobs, layout_ok, "warps, registers, cluster (TS with S0)"),
-        Factor("rest", rest_knobs, rest_ok, "SMEM and tsopt's checks on the genome itself"),
-    )
+    def rest_ok(self, params: Any) -> bool:
+        genome = proposal_genome(self.space, params)
+        cfg = self.space.config(genome, self.problem)
+        return cfg.smem_bytes <= SMEM_CAPACITY and not self.space.tsopt_checks(genome,
+                                                                                self.problem)
 
 
 def proposal_genome(space: Any, params: Any) -> Genome:

@@ -185,6 +185,11 @@ class GemmConfig:
     tile loop, the tiles past the last full wave but one are cut into K pieces shared evenly
     by every CTA, and a tile's pieces are summed in a fixed order through a global workspace
     (:meth:`Accumulator.fixup`) by the CTA that computes its first piece, which alone stores D."""
+    m_range: tuple[int, int] | None = None
+    """The problem's M range (lo, hi) when M is a launch argument (N and K stay fixed): the
+    TMA descriptors, the grid and the tile scheduler's extent follow each call's M, and
+    every store is predicated. ``m`` (``n`` when swapped) is then ``hi``, what the sizes
+    decided at build time are for. None: a kernel for exactly its ``m``."""
 
     # -- schedule shape --------------------------------------------------------------
     @staticmethod
@@ -206,6 +211,11 @@ class GemmConfig:
         return self.head_depth("mma")
 
     # -- sizes -----------------------------------------------------------------------
+    @property
+    def runtime_m(self) -> bool:
+        """M is read from each launch's tensors (:attr:`m_range`), not compiled in."""
+        return self.m_range is not None
+
     @property
     def problem_m(self) -> int:
         """Rows of the problem's A and D (the kernel's ``n`` when A and B are swapped)."""
@@ -363,8 +373,9 @@ class GemmConfig:
 
     @property
     def ragged(self) -> bool:
-        """M or N not a multiple of the work tile: the epilogue must predicate its stores."""
-        return self.m % self.cta_tile_m != 0 or self.n % self.tile_n != 0
+        """M or N not a multiple of the work tile, or M known only at launch: the epilogue
+        must predicate its stores."""
+        return self.runtime_m or self.m % self.cta_tile_m != 0 or self.n % self.tile_n != 0
 
     @property
     def overhang(self) -> bool:
@@ -1037,6 +1048,7 @@ class OutD(MemoryResource):
         cfg = self.cfg
         d_ptr = self.args.mD.iterator.raw_ptr()
         out_dtype = IO_DTYPES[cfg.dtype]
+        m, n = kernel_extents(cfg, self.args.mD)
         # Tiles past the problem (cluster or swizzle rounding) write nothing.
         tile_in = (cutlass.Int32(m_idx) < cfg.tiles_m) & (cutlass.Int32(n_idx) < cfg.tiles_n)
         for _, row, col, pair in _fragment_pairs(cfg, frag, tCcC, subtile):
@@ -1046,7 +1058,7 @@ class OutD(MemoryResource):
             dst = d_ptr + (cutlass.Int64(m0 + row) * cfg.n + cutlass.Int64(n0 + col))
             if cutlass.const_expr(cfg.ragged):
                 # A pair is wholly in or out: N % 8 == 0 and col is even.
-                if (m0 + row < cfg.m) & (n0 + col < cfg.n):
+                if (m0 + row < m) & (n0 + col < n):
                     dst.store(pair.to(out_dtype), alignment=4)
             elif cutlass.const_expr(cfg.overhang):
                 if tile_in:
@@ -1059,10 +1071,11 @@ class OutD(MemoryResource):
         """Swapped A and B: the kernel's (row, col) is the problem's D[col, row], so the two
         columns of a pair are two rows of D apart: two 2-byte stores."""
         cfg = self.cfg
+        m, n = kernel_extents(cfg, self.args.mD)
         for j in cutlass.range_constexpr(2):
             dst = d_ptr + (cutlass.Int64(col + j) * cfg.m + cutlass.Int64(row))
             if cutlass.const_expr(cfg.ragged):
-                if (row < cfg.m) & (col + j < cfg.n):
+                if (row < m) & (col + j < n):
                     dst.store(out[j])
             elif cutlass.const_expr(cfg.overhang):
                 if tile_in:
@@ -1105,7 +1118,8 @@ class OutD(MemoryResource):
                 # clipped by the TMA but land on block 0, over the rows (columns) already
                 # written, with the zeros of the out-of-bounds accumulator rows.
                 if cutlass.const_expr(cfg.ragged or cfg.overhang):
-                    if (block_m * 64 < cfg.m) & (block_n * cfg.epi_cols < cfg.n):
+                    m, n = kernel_extents(cfg, self.args.mD)
+                    if (block_m * 64 < m) & (block_n * cfg.epi_cols < n):
                         cute.copy(self.args.tma_atom_d, bSG_sD[(None, rr)],
                                   bSG_gD[(None, (block_m, block_n))])
                 else:
@@ -1115,6 +1129,24 @@ class OutD(MemoryResource):
             if cutlass.const_expr(subtile == cfg.epi_subtiles - 1):
                 # The CTA may exit after its last tile: SMEM must outlive the TMA's reads.
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+
+def kernel_extents(cfg: Any, mD: Any) -> tuple[Any, Any]:
+    """The kernel's (M, N): the configuration's, or with a runtime M the launch's, read from
+    the kernel's D (whose rows, or swapped columns, are the problem's M: a DSL Int32)."""
+    if cfg.m_range is None:
+        return cfg.m, cfg.n
+    return cute.size(mD, mode=[0]), cute.size(mD, mode=[1])
+
+
+def launch_tiles(cfg: Any, rows: Any) -> tuple[Any, Any]:
+    """Work tiles along the kernel's M and N for a launch on ``rows`` rows of the problem's A
+    (the configuration's for a fixed M; swapped, the problem's M is the kernel's N)."""
+    if cfg.m_range is None:
+        return cfg.tiles_m, cfg.tiles_n
+    if cfg.swap_ab:
+        return cfg.tiles_m, (rows + (cfg.tile_n - 1)) // cfg.tile_n
+    return (rows + (cfg.cta_tile_m - 1)) // cfg.cta_tile_m, cfg.tiles_n
 
 
 def _fragment_pairs(cfg: Any, frag: Any, tCcC: Any, subtile: int) -> Iterator[tuple]:
@@ -1431,11 +1463,13 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
     def launch(a: Any, b: Any, d: Any, w: Any, stream: Any) -> None:
         """The host side of one launch (traced inside the ``@cute.jit`` entry points below)."""
         io = IO_DTYPES[cfg.dtype]
+        # The problem's M: compiled in, or (runtime M) this launch's rows of A and D.
+        rows = cfg.problem_m if cfg.m_range is None else cute.size(a, mode=[0])
         if cfg.swap_ab:
             # Dᵀ = B·Aᵀ: B is the kernel's A operand, and the row-major M x N D is the
             # kernel's N x M D with strides (1, N), so the epilogue writes it transposed.
             a, b = b, a
-            d = cute.make_tensor(d.iterator, cute.make_layout((cfg.m, cfg.n), stride=(1, cfg.m)))
+            d = cute.make_tensor(d.iterator, cute.make_layout((cfg.m, rows), stride=(1, cfg.m)))
         tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
         # Cooperating warpgroups split the tile along M; each issues m64 x tile_n wgmma.
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
@@ -1456,6 +1490,10 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
         cta_layout_mnk = cute.make_layout((cfg.cluster_m, cfg.cluster_n, 1))
         tile_sched_params = None
         grid = cfg.grid
+        tiles_m, tiles_n = launch_tiles(cfg, rows)
+        if cfg.m_range is not None and not cfg.persistent:
+            cm, cn = cfg.cluster_m, cfg.cluster_n  # every tile, rounded up to whole clusters
+            grid = ((tiles_m + (cm - 1)) // cm * cm, (tiles_n + (cn - 1)) // cn * cn, cfg.split_k)
         if cfg.stream_k:
             # The scheduler walks the plan's units as a 1-D problem: CTA c gets c, c + P, ...
             tile_sched_params = utils.PersistentTileSchedulerParams(
@@ -1464,7 +1502,7 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
                 tile_sched_params, cfg.sm_count)
         elif cfg.persistent:
             tile_sched_params = utils.PersistentTileSchedulerParams(
-                (cfg.tiles_m, cfg.tiles_n, 1), (cfg.cluster_m, cfg.cluster_n, 1),
+                (tiles_m, tiles_n, 1), (cfg.cluster_m, cfg.cluster_n, 1),
                 swizzle_size=cfg.swizzle, raster_along_m=cfg.raster == "m",
             )
             grid = utils.StaticPersistentTileScheduler.get_grid_shape(
@@ -1522,12 +1560,14 @@ def _tma_load_atom(tensor: Any, layout_staged: Any, tile: tuple[int, int], mcast
 
 
 def compile_args(cfg: GemmConfig) -> tuple:
-    """Fake A, B, D and stream for ``cute.compile`` (static shapes: one kernel per problem)."""
+    """Fake A, B, D and stream for ``cute.compile``: static shapes (one kernel per problem), or
+    with a runtime M one dynamic extent shared by A's and D's rows (a launch argument)."""
     from cutlass.cute.runtime import make_fake_compact_tensor
     from cutlass.runtime import make_fake_stream
 
     io = IO_DTYPES[cfg.dtype]
-    m, n = cfg.problem_m, cfg.problem_n
+    m: Any = cfg.problem_m if cfg.m_range is None else cute.sym_int32()
+    n = cfg.problem_n
     a = make_fake_compact_tensor(io, (m, cfg.k), stride_order=(1, 0), assumed_align=16)
     b = make_fake_compact_tensor(io, (n, cfg.k), stride_order=(1, 0), assumed_align=16)
     d = make_fake_compact_tensor(io, (m, n), stride_order=(1, 0), assumed_align=16)

@@ -39,12 +39,11 @@ from tsopt.core.space import (  # noqa: E402
     SearchSpace,
     TaskView,
     TensorArg,
-    gene_kind,
     op_kind,
 )
 from tsopt.search_spaces.common import placement as placement_rules  # noqa: E402
 from tsopt.search_spaces.common.screen_cache import shipped_screen  # noqa: E402
-from tsopt.search_spaces.gemm.checks import gemm_checks  # noqa: E402
+from tsopt.search_spaces.gemm.checks import gemm_checks, range_findings  # noqa: E402
 from tsopt.search_spaces.gemm.config import (  # noqa: E402
     ADDED_GENES,
     BODIES,
@@ -53,20 +52,17 @@ from tsopt.search_spaces.gemm.config import (  # noqa: E402
     HEAD_DEPTHS,
     KNOB_DOCS,
     NUMERIC_CHOICES,
-    OMITTED_AT_DEFAULT,
     PENDING,
     PRIMARY_OP,
-    SEED_GENES,
-    SEED_PLACEMENT,
     SPACE,
     STRUCTURE_CHOICES,
-    TASK_OPS,
     TASKS,
     TS_KEY_GENES,
     WARPGROUP,
     config_of,
     gene,
-    gene_choices,
+    genome_dataflow_error,
+    genome_of,
     load_key,
     load_placement,
     mma_key,
@@ -223,33 +219,7 @@ class HopperGemmSpace(SearchSpace):
         Placement knobs may also be given as tuples: ``load=(body, depth, defer)``,
         ``mma=(body, depth, defer, pending, drain)``.
         """
-        placement = dict(SEED_PLACEMENT)
-        genes = dict(SEED_GENES)
-        if "load" in values:
-            body, depth, defer = values.pop("load")
-            placement.update({"load.body": ",".join(body), "load.depth": depth,
-                              "load.defer": defer})
-        if "mma" in values:
-            body, depth, defer, pending, drain = values.pop("mma")
-            placement.update({"mma.body": ",".join(body), "mma.depth": depth, "mma.defer": defer,
-                              "mma.pending": pending, "mma.drain": drain})
-        for name, value in values.items():
-            if name in placement:
-                placement[name] = value
-            elif name in genes:
-                genes[name] = value
-            else:
-                raise KeyError(f"gemm space has no knob {name!r}")
-        structure = {n: genes[n] for n in STRUCTURE_CHOICES
-                     if not (n in OMITTED_AT_DEFAULT and genes[n] == ADDED_GENES[n])}
-        numeric = {n: genes[n] for n in NUMERIC_CHOICES
-                   if not (n in OMITTED_AT_DEFAULT and genes[n] == ADDED_GENES[n])}
-        load = load_placement(str(placement["load.body"]).split(","), int(placement["load.depth"]),
-                              str(placement["load.defer"]))
-        mma = mma_placement(str(placement["mma.body"]).split(","), int(placement["mma.depth"]),
-                            str(placement["mma.defer"]), int(placement["mma.pending"]),
-                            str(placement["mma.drain"]))
-        return Genome.make(SPACE, {"load": load, "mma": mma}, structure, numeric)
+        return genome_of(**values)
 
     def seed_genome(self, problem: Problem) -> Genome:
         """A hand-written schedule: 128x256x64 tiles, 4 stages, two cooperative consumer
@@ -357,35 +327,10 @@ class HopperGemmSpace(SearchSpace):
                device: DeviceProfile | None = None) -> GemmConfig:
         """The kernel's configuration for ``problem`` on ``device`` (:meth:`target_device`)."""
         return config_of(genome, problem.sizes, problem.dtype,
-                         self.target_device(device).sm_count)
+                         self.target_device(device).sm_count, problem.m_range)
 
     def dataflow_error(self, genome: Genome) -> str | None:
-        if genome.space != SPACE:
-            return f"genome is of space {genome.space!r}, not {SPACE!r}"
-        tasks = {t.task for t in genome.schedule}
-        if tasks != set(TASK_OPS):
-            return f"gemm genomes schedule tasks {sorted(TASK_OPS)}, got {sorted(tasks)}"
-        missing = [g for g in (*NUMERIC_CHOICES, *STRUCTURE_CHOICES)
-                   if g not in genome.genes and g not in ADDED_GENES]
-        if missing:
-            return f"genome lacks gene(s) {missing}"
-        unknown = sorted(set(genome.genes) - {*NUMERIC_CHOICES, *STRUCTURE_CHOICES})
-        if unknown:
-            return f"unknown gene(s) {unknown} for space {SPACE!r}"
-        for name, meaning in ADDED_GENES.items():
-            # Left out of the schema (a genome may lack it), so judged here when present:
-            # any value but the choices would silently mean the default to the kernel.
-            if name in genome.genes:
-                choices = gene_choices(name)
-                error = GeneDomain(name, gene_kind(meaning), choices=choices).error(genome[name])
-                if error is not None:
-                    return error
-        for task in TASK_OPS:
-            ops = tuple((p.op, p.section) for p in genome.task(task).ops)
-            error = placement_dataflow_error(task, ops)
-            if error:
-                return f"{task}: {error}"
-        return None
+        return genome_dataflow_error(genome)
 
     def build_skeleton(self, genome: Genome, problem: Problem, domain: int) -> Any:
         return make_task_manager(self.config(genome, problem), None, domain=domain)
@@ -398,7 +343,10 @@ class HopperGemmSpace(SearchSpace):
         return max(4, stages + 2, depth + 2)
 
     def tsopt_checks(self, genome: Genome, problem: Problem) -> list[Finding]:
-        return gemm_checks(self.config(genome, problem))
+        """tsopt's checks; for a runtime-M problem at each M its range is judged at
+        (``checks.range_sizes``: TS's skeleton never sees M, so TS's verdict holds for all)."""
+        cfg = self.config(genome, problem)
+        return gemm_checks(cfg) if cfg.m_range is None else range_findings(cfg)
 
     def verdict_key(self, genome: Genome, problem: Problem) -> str:
         cfg = self.config(genome, problem)

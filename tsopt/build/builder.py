@@ -43,7 +43,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tsopt
-from tsopt.core.artifact import LIBRARY_NAME, ArtifactManifest, TensorDesc
+from tsopt.core.artifact import (
+    LAUNCH_M_SYMBOL,
+    LIBRARY_NAME,
+    M_OUTSIDE_RANGE,
+    ArtifactManifest,
+    TensorDesc,
+)
 from tsopt.core.devices import DeviceProfile, default_profile, resolve_profile
 from tsopt.core.dsl_env import ArchMismatchError, ensure_arch
 from tsopt.core.errors import UserInputError
@@ -164,28 +170,58 @@ _WRAPPER = re.compile(r"static inline int32_t (cute_dsl_(\w+)_wrapper)\(([^)]*)\
 MAX_DEVICES = 64
 """Devices a kernel with a workspace keeps one for (the shim's static table)."""
 
+_STRUCT = re.compile(r"typedef struct \{([^}]*)\} (\w+);")
+_DYNAMIC_SHAPES = re.compile(r"int32_t dynamic_shapes\[(\d+)\];")
+
+
+def dynamic_extents(header_text: str, struct_type: str) -> int:
+    """How many dynamic extents the exported tensor struct ``struct_type`` carries after its
+    data pointer (``int32_t dynamic_shapes[n]``: a runtime M); ToolchainError for a struct
+    the shim cannot fill (dynamic strides, an unknown field)."""
+    body = next((m.group(1) for m in _STRUCT.finditer(header_text) if m.group(2) == struct_type),
+                None)
+    if body is None:
+        raise ToolchainError(f"the exported header does not define {struct_type}")
+    fields = [f.strip() for f in body.split(";") if f.strip()]
+    if not fields or fields[0] != "void *data":
+        raise ToolchainError(f"{struct_type} does not start with its data pointer: {body.strip()}")
+    extents = 0
+    for text in fields[1:]:
+        match = _DYNAMIC_SHAPES.fullmatch(text + ";")
+        if match is None:
+            raise ToolchainError(f"{struct_type} has a field the shim cannot fill: {text!r}")
+        extents += int(match.group(1))
+    return extents
+
 
 def write_shim(header: Path, prefix: str, tensors: tuple[TensorDesc, ...],
-               workspace_bytes: int = 0) -> str:
+               workspace_bytes: int = 0, m_range: tuple[int, int] | None = None) -> str:
     """C source exposing ``tsopt_load``/``tsopt_launch`` over the exported wrapper.
 
     The wrapper's parameter list is read from the header (a tensor struct per
     tensor argument, then the workspace if any, then the stream) and checked against the
     spec's tensors. A kernel with a workspace gets one per device, allocated and zeroed by
     ``tsopt_load`` (before any CUDA graph is captured) and passed by ``tsopt_launch`` for
-    the current device, so callers pass only ``tensors``.
+    the current device, so callers pass only ``tensors``. A runtime-M kernel (``m_range``)
+    gets ``tsopt_launch_m``, which fills each tensor struct's dynamic extents (its
+    ``runtime_dims``) with the call's M after refusing one outside the range, and
+    ``tsopt_launch`` runs it at the range's upper end (the shapes of ``tensors``).
     """
-    wrapper, struct_types = _wrapper_signature(header, prefix, tensors, workspace_bytes)
+    wrapper, struct_types, extents = _wrapper_signature(header, prefix, tensors,
+                                                        workspace_bytes, m_range)
     lines = [*_shim_load(prefix, workspace_bytes),
-             *_shim_launch(wrapper, struct_types, len(tensors), workspace_bytes)]
+             *_shim_launch(wrapper, struct_types, extents, len(tensors), workspace_bytes,
+                           m_range)]
     return "\n".join(lines)
 
 
 def _wrapper_signature(header: Path, prefix: str, tensors: tuple[TensorDesc, ...],
-                       workspace_bytes: int) -> tuple[str, list[str]]:
-    """The exported wrapper's name and its tensor struct types (the workspace's last), read
-    from the header; ToolchainError unless it takes the spec's tensors, the workspace if any,
-    and a stream."""
+                       workspace_bytes: int, m_range: tuple[int, int] | None,
+                       ) -> tuple[str, list[str], list[int]]:
+    """The exported wrapper's name, its tensor struct types (the workspace's last) and each
+    struct's dynamic extents, read from the header; ToolchainError unless it takes the spec's
+    tensors, the workspace if any, and a stream, with dynamic extents where the spec's
+    tensors have runtime dimensions."""
     text = header.read_text()
     match = next((m for m in _WRAPPER.finditer(text) if m.group(2) == prefix), None)
     if match is None:
@@ -198,7 +234,19 @@ def _wrapper_signature(header: Path, prefix: str, tensors: tuple[TensorDesc, ...
             f"{header}: wrapper takes ({match.group(3)}), expected {len(tensors)} tensors"
             + (" and a workspace" if workspace_bytes else "") + " and a stream"
         )
-    return match.group(1), struct_types
+    extents = [dynamic_extents(text, t) for t in struct_types]
+    for tensor, count in zip(tensors, extents, strict=False):
+        if count != len(tensor.runtime_dims) or (count and m_range is None):
+            raise ToolchainError(
+                f"{header}: tensor {tensor.name} has {count} dynamic extent(s) in the compiled "
+                f"kernel, its spec {len(tensor.runtime_dims)} runtime dimension(s)"
+                + ("" if m_range is not None else " and the problem no M range"))
+    if m_range is not None and not any(extents):
+        raise ToolchainError(f"{header}: the problem's M is a range but the compiled kernel takes "
+                             "no dynamic extent: it would run at one M whatever the call's")
+    if workspace_bytes and extents[-1]:
+        raise ToolchainError(f"{header}: the workspace {struct_types[-1]} has dynamic extents")
+    return match.group(1), struct_types, extents
 
 
 def _shim_load(prefix: str, workspace_bytes: int) -> list[str]:
@@ -243,17 +291,22 @@ def _shim_load(prefix: str, workspace_bytes: int) -> list[str]:
     ]
 
 
-def _shim_launch(wrapper: str, struct_types: list[str], n_tensors: int,
-                 workspace_bytes: int) -> list[str]:
-    """The shim's ``tsopt_launch``: the tensors' data pointers wrapped in the exported
-    structs, the current device's workspace after them, then the wrapper called."""
+def _shim_launch(wrapper: str, struct_types: list[str], extents: list[int], n_tensors: int,
+                 workspace_bytes: int, m_range: tuple[int, int] | None) -> list[str]:
+    """The shim's ``tsopt_launch`` (and a runtime-M kernel's ``tsopt_launch_m``): the tensors'
+    data pointers (and the call's M as their dynamic extents) wrapped in the exported structs,
+    the current device's workspace after them, then the wrapper called."""
     lines = [
-        "int tsopt_launch(void **data, int n, void *stream) {",
+        ("int tsopt_launch(void **data, int n, void *stream) {" if m_range is None else
+         f"int {LAUNCH_M_SYMBOL}(void **data, int n, int m, void *stream) {{"),
         f"  if (n != {n_tensors} || !tsopt_loaded) return -1;",
     ]
+    if m_range is not None:
+        lines.append(f"  if (m < {m_range[0]} || m > {m_range[1]}) return {M_OUTSIDE_RANGE};")
     args = []
     for i, struct_type in enumerate(struct_types[:n_tensors]):
-        lines.append(f"  {struct_type} t{i} = {{data[{i}]}};")
+        sizes = f", {{{', '.join(['m'] * extents[i])}}}" if extents[i] else ""
+        lines.append(f"  {struct_type} t{i} = {{data[{i}]{sizes}}};")
         args.append(f"&t{i}")
     if workspace_bytes:
         lines += [
@@ -271,7 +324,21 @@ def _shim_launch(wrapper: str, struct_types: list[str], n_tensors: int,
         "}",
         "",
     ]
+    if m_range is not None:
+        lines += [
+            "int tsopt_launch(void **data, int n, void *stream) {",
+            f"  return {LAUNCH_M_SYMBOL}(data, n, {m_range[1]}, stream);",
+            "}",
+            "",
+        ]
     return lines
+
+
+def runtime_dims(compile_arg: Any) -> tuple[int, ...]:
+    """The dimensions of a fake tensor of ``cute.compile`` left dynamic (a runtime M): what
+    was compiled, so the artifact cannot claim another."""
+    return tuple(i for i, dynamic in enumerate(getattr(compile_arg, "dynamic_shapes_mask", ()))
+                 if dynamic)
 
 
 def link(directory: Path, toolchain: Toolchain) -> float:
@@ -419,7 +486,8 @@ def build_candidate(
         ensure_arch(arch)
         toolchain = find_toolchain()
         spec = space.kernel_spec(genome, problem, arch, profile)
-        tensors, resources = _compile_export_link(staging, spec, genome, arch, toolchain, seconds)
+        tensors, resources = _compile_export_link(staging, spec, genome, arch, toolchain, seconds,
+                                                  problem.m_range)
         (staging / "genome.json").write_text(genome.to_json())
         ArtifactManifest(
             genome_hash=genome.hash,
@@ -431,6 +499,7 @@ def build_candidate(
             versions=versions,
             device={"id": profile.id, "sm_count": profile.sm_count, "name": profile.name,
                     **({"derived_from": profile.derived_from} if profile.derived else {})},
+            m_range=problem.m_range,
         ).write(staging)
         result = BuildResult(
             **base,
@@ -475,6 +544,7 @@ def _install(staging: Path, directory: Path, result: BuildResult) -> None:
 
 def _compile_export_link(staging: Path, spec: KernelSpec, genome: Genome, arch: str,
                          toolchain: Toolchain, seconds: _StepSeconds,
+                         m_range: tuple[int, int] | None = None,
                          ) -> tuple[tuple[TensorDesc, ...], dict[str, int]]:
     """``libkernel.so`` built in ``staging`` (the object, header, shim and cubin beside it),
     each step's time kept in ``seconds`` as it ends; the kernel's tensors and the cubin's
@@ -489,9 +559,10 @@ def _compile_export_link(staging: Path, spec: KernelSpec, genome: Genome, arch: 
     compiled.export_to_c(str(staging), "kernel", prefix)
     seconds.export = time.perf_counter() - start
 
-    tensors = tuple(TensorDesc(t.name, t.role, t.shape, t.dtype) for t in spec.tensors)
-    (staging / "shim.c").write_text(
-        write_shim(staging / "kernel.h", prefix, tensors, spec.workspace_bytes))
+    tensors = tuple(TensorDesc(t.name, t.role, t.shape, t.dtype, runtime_dims(arg))
+                    for t, arg in zip(spec.tensors, spec.compile_args, strict=False))
+    (staging / "shim.c").write_text(write_shim(
+        staging / "kernel.h", prefix, tensors, spec.workspace_bytes, m_range))
     seconds.link = link(staging, toolchain)
 
     resources: dict[str, int] = {}
