@@ -35,9 +35,13 @@ RECORDING_LAUNCH_C = """
 static int launches;
 static void *first;
 int tsopt_load(void) { return 0; }
+static int last_m;
 int tsopt_launch(void **data, int n, void *stream) { (void)n; (void)stream; first = data[0];
   return ++launches > 0 ? 0 : 1; }
+int tsopt_launch_m(void **data, int n, int m, void *stream) { last_m = m;
+  return tsopt_launch(data, n, stream); }
 int sim_launches(void) { return launches; }
+int sim_last_m(void) { return last_m; }
 void *sim_first(void) { return first; }
 """
 
@@ -48,8 +52,10 @@ def _kernel_dir(directory: Path, m: int, m_range: tuple[int, int] | None, genome
         {"name": "a", "role": "input", "shape": [m, K], "dtype": "bf16"},
         {"name": "b", "role": "input", "shape": [N, K], "dtype": "bf16"},
         {"name": "d", "role": "output", "shape": [m, N], "dtype": "bf16"}]}
-    if m_range is not None:
+    if m_range is not None:  # as the builder writes a runtime-M kernel's: A's and D's rows
         doc["m_range"] = list(m_range)
+        for tensor in (doc["tensors"][0], doc["tensors"][2]):
+            tensor["runtime_dims"] = [0]
     (directory / "artifact.json").write_text(json.dumps(doc))
     (directory / "sim.c").write_text(RECORDING_LAUNCH_C)
     subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(directory / "libkernel.so"),
@@ -80,8 +86,8 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Any:
     loader = torch_ops._loader
     patch = pytest.MonkeyPatch()
     real = loader.tensor_problems
-    patch.setattr(loader, "tensor_problems", lambda spec, t, tracing=False: [
-        p for p in real(spec, t, tracing) if not p.startswith("not on a CUDA device")])
+    patch.setattr(loader, "tensor_problems", lambda spec, t, tracing=False, m_range=None: [
+        p for p in real(spec, t, tracing, m_range) if not p.startswith("not on a CUDA device")])
     patch.setattr(loader, "current_device_index", lambda: None)
     patch.setattr(loader, "current_stream_handle", lambda index: 0x5EED)
     top = write_package(tmp_path_factory.mktemp("ranged"), [

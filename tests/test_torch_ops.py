@@ -354,8 +354,8 @@ def simulated_device(package, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     Returns the recorder library and the list that counts the op's input checks."""
     loader = torch_ops._loader
     real = loader.tensor_problems
-    monkeypatch.setattr(loader, "tensor_problems", lambda spec, t, tracing=False: [
-        p for p in real(spec, t, tracing) if not p.startswith("not on a CUDA device")])
+    monkeypatch.setattr(loader, "tensor_problems", lambda spec, t, tracing=False, m_range=None: [
+        p for p in real(spec, t, tracing, m_range) if not p.startswith("not on a CUDA device")])
     monkeypatch.setattr(loader, "current_device_index", lambda: None)
     monkeypatch.setattr(loader, "current_stream_handle", lambda index: 0x5EED)
     checked: list[int] = []

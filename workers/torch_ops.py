@@ -329,7 +329,9 @@ def range_input_problems(kernel: PackagedKernel, tensors: Sequence[Any],
         return [f"a and b must be 2-D (a (M, K), b (N, K)); got a {list(a.shape)}, b "
                 f"{list(b.shape)}"]
     a_sizes, b_sizes = [], []
-    if not tracing and not lo <= int(a.shape[0]) <= hi:
+    # A traced M is symbolic (torch.compile, dynamic): judged at run time; a concrete one now.
+    concrete = not tracing or isinstance(a.shape[0], int)
+    if concrete and not lo <= int(a.shape[0]) <= hi:
         a_sizes.append(f"M={int(a.shape[0])}, outside the kernel's range {lo}-{hi}")
     if a.shape[1] != sizes["k"]:
         a_sizes.append(f"K={a.shape[1]}, expected K={sizes['k']}")
