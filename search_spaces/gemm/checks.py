@@ -37,9 +37,10 @@ shape rules of the instructions the kernel issues (:func:`shape_findings`):
 writes every column of the tile) and ``tsopt.cluster_size`` (a portable cluster); and two
 rules of the problem's geometry, ``tsopt.unit_extent`` (:func:`unit_extent_findings`: an
 operand with a single row) and ``tsopt.swizzle_band`` (:func:`swizzle_band_findings`: a
-persistent raster swizzle wider than the problem, whose empty tiles run in full); and one
-rule of a class measured wrong whose cause is not found, ``tsopt.swap_partial_direct``
-(:func:`swapped_partial_direct_findings`).
+persistent raster swizzle wider than the problem, whose empty tiles run in full). What
+ptxas makes of a schedule these rules accept is checked after the compile, on the SASS
+(:mod:`tsopt.build.sass`: an accumulator touched before the wait that retires its wgmma, the
+cause of the race in bench/wrong_answer).
 
 A kernel whose M is a launch argument (``cfg.m_range``) is judged by every rule above at
 each M of :func:`range_sizes` (the extremes of its range, one tile, a partial last tile, the
@@ -510,32 +511,7 @@ def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
             "grid takes raster 'm', swizzle 1",
         ))
     findings += swizzle_band_findings(cfg)
-    findings += swapped_partial_direct_findings(cfg)
     return findings
-
-
-def swapped_partial_direct_findings(cfg: GemmConfig) -> list[Finding]:
-    """``tsopt.swap_partial_direct``: swapped A and B, the kernel's M (the problem's N) not a
-    multiple of the tile, ONE consumer warpgroup spanning two or more m64 rows of wgmma, the
-    direct epilogue and the persistent tile loop. Measured wrong on the H200
-    (bench/wrong_answer): at a held-out problem's oracle (a kernel M of 64) the accepted
-    2457b04463eb (128x96x32, 16 stages) wrote D wrong on 30 of 30 random inputs and differently on the same inputs twice (a race),
-    in the second half of each tile's columns; clusters 1x1/2x1/4x1, 8 stages and tile_n 64 stay
-    wrong, tile_m 64 (one m64 row) is right. The hazard is not found yet (the schedule replay
-    of :func:`async_consumer_findings` passes it), so the class is refused rather than shipped
-    on chance. It is wider than what failed: 11 other oracle candidates of the class (one
-    consumer, other placements) read correct in the runner's two checked runs; two consumer
-    warpgroups (6 candidates of the swapped partial-tile direct class) are left to the checks."""
-    if not (cfg.swap_ab and cfg.epilogue == "direct" and cfg.persistent and cfg.consumers == 1
-            and cfg.m_repeats >= 2 and cfg.m % cfg.cta_tile_m):
-        return []
-    return [Finding(
-        "tsopt.swap_partial_direct",
-        f"swapped A/B with the problem's N={cfg.m} not a multiple of the {cfg.cta_tile_m}-row "
-        f"tile, one consumer warpgroup over {cfg.m_repeats} m64 wgmma rows, the direct epilogue "
-        "and the persistent loop computed wrong answers on the H200 (bench/wrong_answer); take "
-        "tile_m 64, two consumer warpgroups, the TMA-store epilogue or a one-tile-per-CTA grid",
-    )]
 
 
 def swizzle_band_findings(cfg: GemmConfig) -> list[Finding]:

@@ -12,6 +12,11 @@ Registers and spills are read from the cubin (``--keep-cubin``): the
 register count sits in the kernel's ``.text`` section header, local memory
 (spills and stack) in its ``.nv.info`` attributes.
 
+The SASS (``--keep-sass``; nvdisasm from the nvidia-cuda-nvdisasm wheel) is scanned before the
+kernel is linked: a kernel that touches a wgmma accumulator while the wgmma writing it is in
+flight (:mod:`tsopt.build.sass`; ptxas moved an epilogue above its wait,
+bench/wrong_answer) is a failed build whose error starts with ``sass:``.
+
 Builds are bounded in memory (:func:`build_isolated`): a build runs in a child process forked
 for it, under an address-space limit (``RLIMIT_AS``, :func:`build_memory_limit`: 16 GiB or
 three quarters of the machine's memory, whichever is less; ``TSOPT_BUILD_MEMORY`` sets it).
@@ -43,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tsopt
+from tsopt.build.sass import accumulator_hazards
 from tsopt.core.artifact import (
     LAUNCH_M_SYMBOL,
     LIBRARY_NAME,
@@ -60,12 +66,16 @@ from tsopt.core.records import BuildResult
 if TYPE_CHECKING:
     from tsopt.core.space import KernelSpec, SearchSpace
 
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"  # 2: the SASS accumulator scan (builds of 1 were not scanned)
 DEFAULT_CACHE_DIR = Path(".tsopt") / "artifacts"
 
 
 class ToolchainError(RuntimeError):
-    """The C compiler, CUDA headers or the DSL runtime library cannot be found."""
+    """The C compiler, CUDA headers, the DSL runtime library or nvdisasm cannot be found."""
+
+
+class SassHazardError(RuntimeError):
+    """The compiled kernel touches a wgmma accumulator before the wait that retires it."""
 
 
 # --------------------------------------------------------------------------------------
@@ -120,7 +130,22 @@ def find_toolchain() -> Toolchain:
         raise ToolchainError(
             "libcuda_dialect_runtime_static.a not found in the nvidia-cutlass-dsl wheel"
         )
+    _require_nvdisasm()
     return Toolchain(cc, cuda_include, cuda_lib, runtime)
+
+
+def _require_nvdisasm() -> None:
+    """The DSL's ``--keep-sass`` needs nvdisasm; without it no build is checked, so none runs."""
+    from cutlass.base_dsl.env_manager import _find_nvdisasm_binary
+
+    try:
+        _find_nvdisasm_binary()
+    except Exception as exc:  # noqa: BLE001 - the DSL's own diagnostic says what it found
+        raise ToolchainError(
+            "nvdisasm not found: the builder scans every kernel's SASS (tsopt.build.sass); "
+            "install the nvidia-cuda-nvdisasm wheel (pyproject.toml) or a CUDA "
+            f"toolkit with nvdisasm ({_ANSI.sub('', str(exc)).strip().splitlines()[0][:200]})"
+        ) from None
 
 
 @lru_cache(maxsize=1)
@@ -432,8 +457,22 @@ def compile_spec(spec: KernelSpec, arch: str, dump_dir: Path) -> Any:
         return cute.compile(
             spec.host_fn,
             *spec.compile_args,
-            options=f"--gpu-arch {arch} --keep-cubin --dump-dir {dump_dir}",
+            options=f"--gpu-arch {arch} --keep-cubin --keep-sass --dump-dir {dump_dir}",
         )
+
+
+def check_sass(dump_dir: Path) -> None:
+    """Raise :class:`SassHazardError` when the SASS ``cute.compile`` kept in ``dump_dir`` touches
+    an in-flight wgmma accumulator (:func:`tsopt.build.sass.accumulator_hazards`)."""
+    listings = sorted(dump_dir.glob("*.sass"))
+    if not listings:
+        raise SassHazardError(f"no SASS listing in {dump_dir} (--keep-sass): the kernel is unchecked")
+    hazards = [h for listing in listings for h in accumulator_hazards(listing.read_text())]
+    if hazards:
+        raise SassHazardError(
+            f"{len(hazards)} instruction(s) touch a wgmma accumulator before the "
+            f"WARPGROUP.DEPBAR that retires it (ptxas scheduling; bench/wrong_answer), first "
+            f"{hazards[0].describe()}")
 
 
 @dataclass
@@ -518,6 +557,8 @@ def build_candidate(
     except (ToolchainError, ArchMismatchError) as exc:
         kind = "arch" if isinstance(exc, ArchMismatchError) else "toolchain"
         return _failed_build(base, f"{kind}: {exc}", seconds)
+    except SassHazardError as exc:
+        return _failed_build(base, f"sass: {exc}", seconds)
     except Exception as exc:  # noqa: BLE001 - a DSL compile failure becomes a recorded status
         # The DSL colours its diagnostics for a terminal; a record keeps the text.
         text = _ANSI.sub("", str(exc)).strip()
@@ -553,6 +594,7 @@ def _compile_export_link(staging: Path, spec: KernelSpec, genome: Genome, arch: 
     (staging / "dump").mkdir()
     compiled = compile_spec(spec, arch, staging / "dump")
     seconds.compile = time.perf_counter() - start
+    check_sass(staging / "dump")
 
     start = time.perf_counter()
     prefix = f"tsopt_{genome.hash[:16]}"
