@@ -1,7 +1,8 @@
 """Rooms a person can read in one sitting: no class over 400 lines, no function over 80.
 
-Checked over the folders that were split to meet it (issue 31: the search floor, the
-applications); an exception is named in EXCEPTIONS with its reason, as ARCHITECTURE.md gives it.
+Checked over every package, the scripts and the tests (issue 31); an exception is named in
+EXCEPTIONS with its reason, as ARCHITECTURE.md gives it. Experiment scripts under bench/ are the
+record of how a committed result was made and are not rewritten after it (ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -10,10 +11,15 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKED = ("tsopt/search", "tsopt/app", "tsopt/cli.py")
+CHECKED = ("tsopt", "db", "workers", "search_spaces", "reports", "scripts", "tests")
 MAX_CLASS = 400
 MAX_FUNCTION = 80
-EXCEPTIONS: dict[str, str] = {}  # "path:name" -> why it is kept whole (see ARCHITECTURE.md)
+EXCEPTIONS: dict[str, str] = {  # "path:name" -> why it is kept whole (see ARCHITECTURE.md)
+    "search_spaces/gemm/kernel.py:make_task_manager": "kernel template: the TS program, one piece",
+    "search_spaces/gemm/kernel.py:make_kernel": "kernel template: the launch the DSL compiles",
+    "search_spaces/copy/kernel.py:build_task_manager": "kernel template: the TS program",
+    "db/migrations/versions/0001_initial.py:upgrade": "a migration is frozen history",
+}
 
 
 def oversized(paths: list[Path], root: Path = ROOT) -> list[str]:
@@ -43,7 +49,7 @@ def checked_files(root: Path = ROOT) -> list[Path]:
     return files
 
 
-def test_no_class_or_function_of_the_search_floor_and_the_applications_is_oversized() -> None:
+def test_no_class_or_function_of_the_packages_scripts_and_tests_is_oversized() -> None:
     files = checked_files()
     assert len(files) > 40, files  # the folders are there: the check checks something
     assert oversized(files) == []

@@ -514,12 +514,9 @@ def build_candidate(
         cache_key=key,
         versions={**versions, "template": space.source_digest()},
     )
-    staging = Path(
-        tempfile.mkdtemp(
-            prefix=f"build-{key}-",
-            dir=Path(cache_dir).parent if Path(cache_dir).parent.exists() else None,
-        )
-    )
+    parent = Path(cache_dir).parent
+    staging = Path(tempfile.mkdtemp(prefix=f"build-{key}-",
+                                    dir=parent if parent.exists() else None))
     seconds = _StepSeconds()
     try:
         ensure_arch(arch)
