@@ -183,26 +183,24 @@ class Database:
 
     @contextmanager
     def _reading(self) -> Iterator[Session]:
-        batched: Session | None = getattr(self._local, "session", None)
-        if batched is not None:
-            yield batched
-            return
-        try:
-            with self._read() as session, session.begin():
-                yield session
-        except (DBAPIError, sqlite3.Error) as exc:
-            if not is_database_failure(exc):
-                raise
-            raise self._failed(exc) from None
+        with self._transaction(self._read) as session:
+            yield session
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:
+        with self._transaction(self._write_sessions) as session:
+            yield session
+
+    @contextmanager
+    def _transaction(self, sessions: Callable[[], Any]) -> Iterator[Session]:
+        """A transaction on a session from ``sessions`` (the batch's own inside
+        :meth:`batch`), a database failure raised as this database's error."""
         batched: Session | None = getattr(self._local, "session", None)
         if batched is not None:
             yield batched
             return
         try:
-            with self._write_sessions() as session, session.begin():
+            with sessions() as session, session.begin():
                 yield session
         except (DBAPIError, sqlite3.Error) as exc:
             if not is_database_failure(exc):
