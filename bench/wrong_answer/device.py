@@ -10,7 +10,6 @@ is below cuBLAS (name, grid, block, time, from torch.profiler) beside the oracle
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -20,16 +19,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench" / "launch_modes"))
+from graph_check import export_loader  # noqa: E402  (the export's loader.py, imported by path)
 TOL = 0.01  # the runner's relative-error limit (workers/reference.py)
-
-
-def export_loader():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("loader", ROOT / "workers" / "loader.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["loader"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def runs(ranges: list[int]) -> list[list[int]]:
