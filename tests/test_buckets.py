@@ -6,6 +6,7 @@ writing a row past M), named as such; the GPU path is bench/serving/per_m_check.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from tsopt.core.buckets import (
     sample_ms,
     summary_of,
 )
-from tsopt.core.problem import Problem
+from tsopt.core.problem import Problem, parse_problem_spec
 from tsopt.core.records import Measurement
 from tsopt.workers.buffers import make_buffers
 from tsopt.workers.loader import KernelLoadError
@@ -171,3 +172,35 @@ def test_the_first_m_that_fails_is_the_measurements_status(
     assert seen == [(1, True), (8, False)]  # stops at the first failure
     assert result.status == "wrong" and result.error == "at M=8 (of 1, 8, 16): relative error 0.5"
     assert [e["m"] for e in result.per_m] == [1]
+
+
+def _timed(problem: Problem, baseline_us: float, median_us: float) -> Measurement:
+    """A paired timing whose figures agree with each other, as a measuring worker writes one."""
+    from tsopt.core.bundle import expected_rate
+
+    ratio = baseline_us / median_us
+    return Measurement("g", problem.key, "ok", median_us=median_us, p10_us=median_us * 0.99,
+                       p90_us=median_us * 1.01, runs=50, rate=expected_rate(problem, median_us)[0],
+                       rate_unit="TFLOP/s", rel_err=1e-3, baseline_name="torch.matmul",
+                       baseline_median_us=baseline_us,
+                       baseline_rate=expected_rate(problem, baseline_us)[0], ratio=ratio,
+                       ratio_lo=ratio * 0.99, ratio_hi=ratio * 1.01, rounds=5, device="H200")
+
+
+def test_a_buckets_ratio_is_checked_against_its_per_m_figures_not_the_top_ms_times() -> None:
+    """A bucket's ratio ranks by its worst M while its times are the top M's: ingest took the
+    gap for a forged ratio (an H200 bucket at 0.47x at M=65 and 0.80x at M=128 was refused)."""
+    from tsopt.core.bundle import measurement_physics
+
+    problem = parse_problem_spec("gemm:bf16:65-128x4096x4096")
+    combined = combine([(65, _timed(problem, 13.0, 27.7)), (96, _timed(problem, 13.5, 19.0)),
+                        (128, _timed(problem, 13.9, 17.4))], 0.0)
+    assert combined.ratio == pytest.approx(13.0 / 27.7 + FLOOR_MARGIN)  # far from 13.9 / 17.4
+    assert measurement_physics(combined, problem, "sm_90a") is None
+    forged = dataclasses.replace(combined, ratio=combined.ratio * 1.2, ratio_hi=2.0)
+    assert "is not the range's figure of its per_m ratios" in (
+        measurement_physics(forged, problem, "sm_90a") or "")
+    entries = [dict(e) for e in combined.per_m]
+    entries[0]["ratio"] = 1.5  # one M's ratio the times do not show
+    said = measurement_physics(dataclasses.replace(combined, per_m=entries), problem, "sm_90a")
+    assert said is not None and "per_m[0] (M=65) ratio 1.5 disagrees with the times" in said

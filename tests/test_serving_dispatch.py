@@ -211,8 +211,18 @@ def test_compiled_with_a_dynamic_m_the_dispatcher_traces_once_without_a_graph_br
     for m in (5, 9, 20, 31):
         assert compiled(bf16(m, K)).shape == (m, N)
     assert counter.frame_count == 1, counter.frame_count  # one graph for every M
+    # M = 1 is a size dynamo specializes: the op adds no frame beyond what torch.matmul makes.
+    assert compiled(bf16(1, K)).shape == (1, N)
+    torch._dynamo.reset()
+    vendor = CompileCounter()
+    on_matmul = torch.compile(lambda x: (x @ weight.t()).float().relu(), fullgraph=True,
+                              dynamic=True, backend=vendor)
+    for m in (5, 9, 20, 31, 1):
+        on_matmul(bf16(m, K))
+    assert counter.frame_count == vendor.frame_count == 2, (counter.frame_count,
+                                                           vendor.frame_count)
     after = _launched(recorders)
-    assert after["gemm_bf16_1_16x24x128"] - before["gemm_bf16_1_16x24x128"] == 2
+    assert after["gemm_bf16_1_16x24x128"] - before["gemm_bf16_1_16x24x128"] == 3
     assert after["gemm_bf16_17_32x24x128"] - before["gemm_bf16_17_32x24x128"] == 2
     # A runtime-M kernel's own op traces with a dynamic M too.
     torch._dynamo.reset()
@@ -220,7 +230,7 @@ def test_compiled_with_a_dynamic_m_the_dispatcher_traces_once_without_a_graph_br
                         fullgraph=True, dynamic=True, backend=counter)
     for m in (18, 25, 30):
         assert own(bf16(m, K)).shape == (m, N)
-    assert counter.frame_count == 2, counter.frame_count
+    assert counter.frame_count == 3, counter.frame_count
 
 
 def test_a_manifest_whose_range_disagrees_with_its_kernel_is_refused(tmp_path: Path) -> None:

@@ -78,6 +78,7 @@ from typing import Any
 
 from tsopt.core.artifact import LIBRARY_NAME, ArtifactError, ArtifactManifest
 from tsopt.core.artifact import MANIFEST_NAME as ARTIFACT_MANIFEST
+from tsopt.core.buckets import range_ratio
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome, GenomeError
 from tsopt.core.names import check_study_name
@@ -755,15 +756,51 @@ def measurement_physics(m: Measurement, problem: Problem, arch: str) -> str | No
         return f"rate_unit {m.rate_unit!r} is not {unit!r}, the unit of {problem.op}'s rate"
     if m.ratio <= 0:
         return f"ratio {m.ratio!r} must be positive"
-    of_medians = m.baseline_median_us / m.median_us
     if m.ratio_lo is not None and m.ratio_hi is not None:
         if not m.ratio_lo <= m.ratio <= m.ratio_hi:
             return (f"ratio {m.ratio!r} lies outside its own interval "
                     f"[{m.ratio_lo!r}, {m.ratio_hi!r}]")
-    if not of_medians / _RATIO_FACTOR <= m.ratio <= of_medians * _RATIO_FACTOR:
-        return (f"ratio {m.ratio!r} disagrees with the times: the baseline's "
-                f"{m.baseline_median_us!r} µs over the median's {m.median_us!r} µs is "
+    if m.per_m:
+        # A bucket's ratio is range_ratio of its per-M ratios, while its times are the top
+        # M's alone: the ratio agrees with those per-M figures, and each with its own times.
+        return per_m_physics(m)
+    return _ratio_against_times("ratio", m.ratio, m.baseline_median_us, m.median_us)
+
+
+def _ratio_against_times(what: str, ratio: float, baseline_us: float,
+                         median_us: float) -> str | None:
+    of_medians = baseline_us / median_us
+    if not of_medians / _RATIO_FACTOR <= ratio <= of_medians * _RATIO_FACTOR:
+        return (f"{what} {ratio!r} disagrees with the times: the baseline's "
+                f"{baseline_us!r} µs over the median's {median_us!r} µs is "
                 f"{of_medians:.4g}")
+    return None
+
+
+def per_m_physics(m: Measurement) -> str | None:
+    """Why a runtime-M measurement's ``per_m`` entries cannot back its ratio, else None:
+    every entry names an M, positive times and a ratio that agrees with them, and the
+    measurement's ratio is :func:`tsopt.core.buckets.range_ratio` of the entries' ratios."""
+    ratios: list[float] = []
+    for i, entry in enumerate(m.per_m):
+        where = f"per_m[{i}]"
+        if not isinstance(entry, dict):
+            return f"{where} {entry!r} is not an object"
+        at, ratio = entry.get("m"), entry.get("ratio")
+        if isinstance(at, bool) or not isinstance(at, int) or at < 1:
+            return f"{where} m {at!r} must be a positive integer"
+        times = [entry.get("baseline_median_us"), entry.get("median_us")]
+        for value in (ratio, *times):
+            if not _positive(value):
+                return f"{where} (M={at}): {value!r} must be a finite, positive number"
+        text = _ratio_against_times(f"{where} (M={at}) ratio", ratio, times[0], times[1])
+        if text is not None:
+            return text
+        ratios.append(float(ratio))
+    expected = range_ratio(ratios)
+    if abs(m.ratio - expected) > _CONSISTENT * expected:
+        return (f"ratio {m.ratio!r} is not the range's figure of its per_m ratios "
+                f"({expected:.6g}: tsopt.core.buckets.range_ratio)")
     return None
 
 
