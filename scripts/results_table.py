@@ -401,10 +401,29 @@ def fig_launch_modes_agree(_: Sequence[CorpusRecord]) -> str:
     return f"{agree} of {len(rows)}"
 
 
+def _survey_regrets(path: str) -> str:
+    """Mean survey regret of the shipped transfer model against the analytical estimate's,
+    as ``loso.py`` wrote it (bench/transfer_model)."""
+    mean = _json(path)["mean"]
+    return (f"{mean['transfer']['regret_survey8'] * 100:.1f} %, against "
+            f"{mean['analytical']['regret_survey8'] * 100:.1f} % for the estimate's")
+
+
+def fig_prior_oracle(_: Sequence[CorpusRecord]) -> str:
+    """The survey regret on the held-out oracle tables (bench/transfer_model/oracle.json)."""
+    return _survey_regrets("bench/transfer_model/oracle.json")
+
+
+def fig_prior_loso(_: Sequence[CorpusRecord]) -> str:
+    """The survey regret leave-one-shape-out on the corpus (bench/transfer_model/loso.json)."""
+    return _survey_regrets("bench/transfer_model/loso.json")
+
+
 FIGURES: dict[str, Callable[[Sequence[CorpusRecord]], str]] = {
     "hbm_copy": fig_hbm_copy, "survey_sizes": fig_survey_sizes,
     "repaired_pass_rate": fig_repaired_pass_rate, "memo_replay": fig_memo_replay,
     "copy_race": fig_copy_race, "launch_modes_agree": fig_launch_modes_agree,
+    "prior_oracle": fig_prior_oracle, "prior_loso": fig_prior_loso,
 }
 
 

@@ -127,6 +127,8 @@ CASES: tuple[Case, ...] = (
     Case("time-nan", tune("--time", "nan"), BAD, "--time 'nan' must be a finite"),
     Case("time-negative", tune("--time", "-5s"), BAD, "--time '-5s'"),
     Case("time-zero", tune("--time", "0"), BAD, "--time '0'"),
+    Case("cost-prior-unknown", tune("--cost-prior", "oracle"), BAD,
+         "--cost-prior 'oracle' is not one of transfer, analytical"),
     Case("time-words", tune("--time", "soon"), BAD, "--time 'soon'"),
     Case("study-up-and-out", tune("--study", "../../x"), BAD, "not a plain name"),
     Case("study-absolute", tune("--study", "/tmp/tsopt-escape"), BAD, "not a plain name"),

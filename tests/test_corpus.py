@@ -45,6 +45,7 @@ from tsopt.core.records import Measurement, TsSearch
 from tsopt.core.registry import get_space
 from tsopt.db.store import Store
 from tsopt.search.library import PACKAGED, entries_from_records, entries_from_store, load_library
+from tsopt.search.transfer import SHIPPED_MODEL, load_model
 from tsopt.search.ts_memo import SHIPPED as SHIPPED_MEMO
 from tsopt.verify.verifier import search_version
 
@@ -225,15 +226,18 @@ def test_the_committed_corpus_holds_every_committed_measurement_as_isolated() ->
     assert {r.device for r in records if r.ok} == {"NVIDIA H200"}
 
 
-def test_the_shipped_library_and_memo_are_made_from_the_corpus(tmp_path: Path) -> None:
+def test_the_shipped_library_memo_and_model_are_made_from_the_corpus(tmp_path: Path) -> None:
     """``tsopt corpus products`` remakes the shipped files byte for byte from corpus/ alone."""
-    library, memo = tmp_path / "library.json", tmp_path / "memo.json"
-    made = corpus_products(ROOT / "corpus", library, memo)
+    library, memo, model = tmp_path / "library.json", tmp_path / "memo.json", tmp_path / "m.json"
+    made = corpus_products(ROOT / "corpus", library, memo, model)
     assert made["library entries"] == len(load_library(PACKAGED))
     assert library.read_bytes() == PACKAGED.read_bytes(), (
         "tsopt/data/seed_library.json is stale: run `tsopt corpus products`")
     assert memo.read_bytes() == SHIPPED_MEMO.read_bytes(), (
         "tsopt/data/ts_searches.json is stale: run `tsopt corpus products`")
+    assert model.read_bytes() == SHIPPED_MODEL.read_bytes(), (
+        "tsopt/data/cost_model.json is stale: run `tsopt corpus products`")
+    assert made["cost model shapes"] == len(load_model().shapes)  # type: ignore[union-attr]
     assert all(s.tool_version == search_version()
                for s in current_searches(load_corpus(ROOT / "corpus")[1], SHIPPED_SOURCES))
 

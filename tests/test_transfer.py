@@ -1,5 +1,6 @@
 """The cross-shape cost model (tsopt.search.transfer): it learns what holds across shapes
-and carries it to a shape it has not seen; its file round-trips.
+and carries it to a shape it has not seen; its file round-trips; the shipped one is the
+prior of a GEMM study's cost model, and steps aside where it cannot speak.
 
 The tables are SYNTHETIC (made-up ratios with a planted effect, not measurements); the
 judgement on the measured corpus is bench/transfer_model.
@@ -9,14 +10,26 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
 from tsopt.core.corpus import LAUNCH_ISOLATED, CorpusRecord
+from tsopt.core.devices import PROFILES, DeviceProfile
 from tsopt.core.problem import Problem
-from tsopt.search.cost_model import analytical_log
-from tsopt.search.transfer import ShapeTable, TransferModel, fit_tables, load_model, shape_tables
+from tsopt.search.cost_model import CostModel, analytical_log
+from tsopt.search.transfer import (
+    MODEL_DEVICE,
+    ShapeTable,
+    TransferModel,
+    fit_tables,
+    load_model,
+    shape_tables,
+    study_prior,
+)
 
 SHAPES = ({"m": 4096, "n": 4096, "k": 4096}, {"m": 128, "n": 8192, "k": 8192},
           {"m": 2048, "n": 2048, "k": 16384}, {"m": 8192, "n": 1024, "k": 8192})
@@ -89,3 +102,92 @@ def test_shape_tables_take_each_genomes_median_over_its_passes() -> None:
     assert table.ratios == [1.0, 0.5] and table.genes[0] == {"cluster": "1x1", "tile_m": 128,
                                                              "tile_n": 128, "tile_k": 64}
     assert shape_tables(records, min_genomes=3) == []
+
+
+def test_a_cost_model_with_a_prior_ranks_by_it_then_fits_its_line_over_it() -> None:
+    """Before :data:`MIN_FIT` measurements the prior ranks alone; after, the study's line is
+    fitted over the prior, not over the analytical estimate (SYNTHETIC values: twice the
+    prior, which the analytical estimate does not see)."""
+    sizes = SHAPES[0]
+    genes = _genes()
+
+    def prior(batch: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        return np.array([0.1 * float(g["stages"]) - 0.05 * float(g["tile_n"] == 256)
+                         for g in batch])
+
+    model = CostModel(sizes, prior=prior)
+    assert np.array_equal(model.predict(genes), prior(genes))
+    assert not np.array_equal(CostModel(sizes).predict(genes), prior(genes))
+    values = [math.exp(2.0 * v) for v in prior(genes)]
+    model.fit(genes, values)
+    assert model.learned and model.line[1] == pytest.approx(2.0, rel=1e-6)
+    assert np.allclose(model.predict(genes), np.log(values), atol=1e-6)
+
+
+def _device(name: str) -> DeviceProfile:
+    return PROFILES[name]
+
+
+@pytest.fixture(scope="module")
+def gemm_space():  # type: ignore[no-untyped-def]
+    from tsopt.core.registry import get_space
+    from tsopt.verify.verifier import judge_for
+
+    space = get_space("gemm")
+    space.judge = judge_for(space)
+    return space
+
+
+def test_a_gemm_study_on_the_corpus_s_device_starts_from_the_shipped_model(
+        gemm_space) -> None:  # type: ignore[no-untyped-def]
+    """The shipped model (``tsopt corpus products``) is what an evolve study of a GEMM it
+    was not fitted on starts from: the survey is its best family first, as it predicts."""
+    from tsopt.search.evolve import declared_legal
+    from tsopt.search.evolve_sampler import evolve_sampler
+    from tsopt.search.proposals import Proposer
+    from tsopt.search.samplers import KnobView
+    from tsopt.verify.verifier import predicting_judge
+
+    model = load_model()
+    assert model is not None and len(model.shapes) >= 10 and model.rows > 1000
+    problem = Problem.of("gemm", "bf16", m=24, n=5120, k=3072)  # no corpus shape
+    assert problem.key not in model.shapes
+    prior, said = study_prior("transfer", "gemm", problem, _device(MODEL_DEVICE), False)
+    assert prior is not None and said.startswith("the cross-shape model (")
+    view = KnobView.of(gemm_space, problem, "evolve")
+    sampler = evolve_sampler(view, 3)
+    judge = predicting_judge(gemm_space)
+    legal = declared_legal(gemm_space, problem, judge)
+    sampler.bind(gemm_space, problem, legal,
+                 Proposer(gemm_space, problem, view, judge).nearest_legal, prior)
+    survey = sampler.evolution.surveyed()
+    assert len(survey) >= 4
+    ranked = sampler.evolution.model.predict(survey)
+    assert np.array_equal(ranked, model.predict(survey, dict(problem.sizes)))
+    assert list(ranked) == sorted(ranked)
+
+
+def test_the_prior_steps_aside_where_the_model_cannot_speak() -> None:
+    model = load_model()
+    assert model is not None
+    fitted_on = Problem.of("gemm", "bf16", **dict(zip("mnk", (
+        int(v) for v in model.shapes[0].rsplit("-", 1)[1].split("x")), strict=True)))
+    assert fitted_on.key == model.shapes[0]
+    h200 = _device(MODEL_DEVICE)
+    copy = Problem.of("copy", "fp16", rows=4096, cols=4096)
+    cases = {
+        "analytical": study_prior("analytical", "gemm", fitted_on, h200, False),
+        "copy": study_prior("transfer", "copy", copy, h200, False),
+        "other GPU": study_prior("transfer", "gemm", fitted_on, _device("H100_PCIE"), False),
+        "leave-one-shape-out": study_prior("transfer", "gemm", fitted_on, h200, True),
+        "own shape, kept": study_prior("transfer", "gemm", fitted_on, h200, False),
+    }
+    assert all(prior is None for prior, _ in list(cases.values())[:4])
+    assert "--cost-prior analytical" in cases["analytical"][1]
+    assert "H100_PCIE" in cases["other GPU"][1]
+    assert "leave-one-shape-out" in cases["leave-one-shape-out"][1]
+    # Not left out: the problem's own measurements are in the model, and no run asked to
+    # leave them out.
+    assert cases["own shape, kept"][0] is not None
+    with pytest.raises(ValueError, match="'bogus'"):
+        study_prior("bogus", "gemm", fitted_on, h200, False)

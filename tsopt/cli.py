@@ -527,12 +527,15 @@ def corpus_products(
                                                    "package's, tsopt/data/seed_library.json)."),
     memo: Path | None = typer.Option(None, help="TS search memo to write (default: the "
                                                 "package's, tsopt/data/ts_searches.json)."),
+    model: Path | None = typer.Option(None, help="Cross-shape cost model to write (default: "
+                                                 "the package's, tsopt/data/cost_model.json)."),
 ) -> None:
-    """Make the shipped seed library and TS search memo from the corpus alone."""
+    """Make the shipped seed library, TS search memo and cross-shape cost model from the
+    corpus alone."""
     with _Guard():
         from tsopt.app.corpus import corpus_products as products
 
-        for what, count in products(corpus, library, memo).items():
+        for what, count in products(corpus, library, memo, model).items():
             console.print(f"{what}: {count}", highlight=False)
     raise typer.Exit(0)
 

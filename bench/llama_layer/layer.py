@@ -20,7 +20,10 @@ Torch, the standard library and the package only (no tsopt, no DSL)::
    ``torch.compile(mode="reduce-overhead", fullgraph=True)`` (inductor, CUDA graph trees) once
    with the tsopt op and once with torch.matmul, at each ``--mlp-ms`` M: the latency of one
    call (timed over back-to-back calls, host launch included) of each, in alternation; the
-   ratio is matmul's / tsopt's (above 1: tsopt's block is faster).
+   ratio is matmul's / tsopt's (above 1: tsopt's block is faster). And first the same block
+   compiled with ``fullgraph=True`` alone and ``--mlp-calls`` calls of it captured in one CUDA
+   graph per side (``mlp_graphed``): its GPU time, which the reduce-overhead figure, host-bound
+   at these sizes, hides.
 
 Writes every figure to ``--json`` and prints one line per M and per bucket.
 """
@@ -203,6 +206,77 @@ def time_calls(fn: Any, x: torch.Tensor, calls: int) -> float:
     return start.elapsed_time(end) * 1000.0 / calls
 
 
+def graph_of(fn: Any, x: torch.Tensor, calls: int) -> torch.cuda.CUDAGraph:
+    """``calls`` back-to-back calls of ``fn(x)`` captured in one CUDA graph (warmed up on a
+    side stream first, as capture requires)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn(x)
+    return graph
+
+
+def time_graph(graph: torch.cuda.CUDAGraph, calls: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0 / calls
+
+
+def mlp_graphed(ms: list[int], gen: torch.Generator, rounds: int,
+                calls: int) -> list[dict[str, Any]]:
+    """The MLP block compiled by ``torch.compile(fullgraph=True)`` (inductor, no CUDA graph
+    trees) and ``calls`` calls of it captured in one CUDA graph per side, replayed in
+    alternation: the block's GPU time alone, as a serving stack that graphs its decode step
+    sees it (the reduce-overhead figure of :func:`mlp` includes the host's replay cost, which
+    at these sizes is most of it)."""
+    n_gu, k = PROJECTIONS["gate_up"]
+    n_down, k_down = PROJECTIONS["down"]
+    w_gu = (torch.randn(n_gu, k, device="cuda", generator=gen) * k ** -0.25).to(torch.bfloat16)
+    w_down = (torch.randn(n_down, k_down, device="cuda", generator=gen)
+              * k_down ** -0.25).to(torch.bfloat16)
+    eager = mlp_blocks(w_gu, w_down)
+    rows = []
+    for m in ms:
+        torch._dynamo.reset()
+        x = (torch.randn(m, k, device="cuda", generator=gen) * k ** -0.25).to(torch.bfloat16)
+        ref = eager["torch.matmul"](x).float()
+        compiled = {name: torch.compile(fn, fullgraph=True, dynamic=False)
+                    for name, fn in eager.items()}
+        row: dict[str, Any] = {"m": m, "mode": "compiled, captured in one CUDA graph per side"}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name, fn in compiled.items():
+                row[f"{name} rel_err"] = rel_err(fn(x).float(), ref)
+            graphs = {name: graph_of(fn, x, calls) for name, fn in compiled.items()}
+            times: dict[str, list[float]] = {name: [] for name in graphs}
+            names = list(graphs)
+            for r in range(rounds):
+                for name in (names if r % 2 == 0 else names[::-1]):
+                    times[name].append(time_graph(graphs[name], calls))
+        row.update({f"{name} us": statistics.median(t) for name, t in times.items()})
+        round_ratios = [c / t for c, t in zip(times["torch.matmul"], times["tsopt"], strict=True)]
+        row.update(ratio=row["torch.matmul us"] / row["tsopt us"],
+                   round_ratio_min=min(round_ratios), round_ratio_max=max(round_ratios),
+                   times=times)
+        print(f"MLP block (graphed) M={m}: tsopt {row['tsopt us']:.1f} us, torch.matmul "
+              f"{row['torch.matmul us']:.1f} us, ratio {row['ratio']:.3f} (rounds "
+              f"{row['round_ratio_min']:.3f}-{row['round_ratio_max']:.3f}), rel err "
+              f"{row['tsopt rel_err']:.1e}", flush=True)
+        rows.append(row)
+        del graphs
+    return rows
+
+
 def mlp(ms: list[int], gen: torch.Generator, rounds: int, calls: int) -> list[dict[str, Any]]:
     n_gu, k = PROJECTIONS["gate_up"]
     n_down, k_down = PROJECTIONS["down"]
@@ -230,7 +304,7 @@ def mlp(ms: list[int], gen: torch.Generator, rounds: int, calls: int) -> list[di
                 for name in (names if r % 2 == 0 else names[::-1]):
                     times[name].append(time_calls(compiled[name], x, calls))
         row.update({f"{name} us": statistics.median(t) for name, t in times.items()})
-        round_ratios = [c / t for c, t in zip(times["torch.matmul"], times["tsopt"])]
+        round_ratios = [c / t for c, t in zip(times["torch.matmul"], times["tsopt"], strict=True)]
         row.update(ratio=row["torch.matmul us"] / row["tsopt us"],
                    round_ratio_min=min(round_ratios), round_ratio_max=max(round_ratios),
                    times=times)
@@ -285,6 +359,9 @@ def main() -> int:
                   f"at M={row['worst_m']} ({'meets' if row['meets_bar'] else 'misses'} the bar)")
         del projections
         torch.cuda.empty_cache()
+    args.json.write_text(json.dumps(doc, indent=1, default=str))
+    doc["mlp_graphed"] = mlp_graphed(parse_ms(args.mlp_ms), gen, args.mlp_rounds,
+                                     args.mlp_calls)
     args.json.write_text(json.dumps(doc, indent=1, default=str))
     doc["mlp"] = mlp(parse_ms(args.mlp_ms), gen, args.mlp_rounds, args.mlp_calls)
     args.json.write_text(json.dumps(doc, indent=1, default=str))

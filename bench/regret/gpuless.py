@@ -76,13 +76,17 @@ def db_url(work: Path, name: str, seed: int) -> str:
     return f"sqlite:///{work / f's{seed}' / f'{name}.db'}"
 
 
-def tune_command(problem: Any, seed: int, built: int, work: Path) -> list[str]:
+def tune_command(problem: Any, seed: int, built: int, work: Path,
+                 cost_prior: str | None = None) -> list[str]:
+    """The user's command; ``cost_prior`` None keeps tsopt's default (an A/B of the prior
+    runs each side in its own ``--work``)."""
     sizes = problem.problem.sizes
+    prior = ["--cost-prior", cost_prior] if cost_prior else []
     return [sys.executable, "-m", "tsopt", "tune", "gemm", "--m", str(sizes["m"]),
             "--n", str(sizes["n"]), "--k", str(sizes["k"]), "--dtype", problem.problem.dtype,
             "--built", str(built), "--library-exclude-self", "--seed", str(seed),
             "--db", db_url(work, problem.name, seed), "--study", study_name(problem.name, seed),
-            "--bundle", str(work / f"s{seed}" / "bundles" / problem.name)]
+            "--bundle", str(work / f"s{seed}" / "bundles" / problem.name), *prior]
 
 
 def env() -> dict[str, str]:
@@ -132,7 +136,8 @@ def cmd_round(args: argparse.Namespace) -> int:
     for seed in args.seed:
         for p in chosen(args.problem):
             (args.work / f"s{seed}").mkdir(parents=True, exist_ok=True)
-            cmd = tune_command(p, seed, BUILT_PER_ROUND * args.round, args.work)
+            cmd = tune_command(p, seed, BUILT_PER_ROUND * args.round, args.work,
+                               args.cost_prior)
             start = time.time()
             log = logs / f"r{args.round}-s{seed}-{p.name}.log"
             with open(log, "w") as out:
@@ -275,6 +280,8 @@ def main() -> int:
     r.add_argument("--round", type=int, required=True, choices=(1, 2))
     r.add_argument("--seed", type=int, action="append", required=True)
     r.add_argument("--problem", action="append", default=[])
+    r.add_argument("--cost-prior", choices=("transfer", "analytical"), default=None,
+                   help="tsopt tune's --cost-prior (default: tsopt's own default)")
     i = sub.add_parser("ingest", help="a measured round back into its studies")
     i.add_argument("--round", type=int, required=True, choices=(1, 2))
     i.add_argument("results", type=Path, nargs="+")

@@ -145,6 +145,7 @@ _OPTION_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
     "deterministic": ((bool,), "True or False"),
     "library_exclude_self": ((bool,), "True or False"), "launch": ((str,), "graph or eager"),
     "library_refit": ((bool,), "True or False"),
+    "cost_prior": ((str,), "transfer or analytical"),
     "device": ((str,), "a device profile such as 'H100_PCIE'"),
 }
 # None is each one's default: workers (auto), pool (the one --workers implies), launch (a
@@ -168,8 +169,8 @@ def _check_options(options: dict[str, Any]) -> None:
 # The TuneRequest fields tune() passes through as they are (the others it builds itself).
 _PASSED = ("sampler", "arch", "study", "bundle_dir", "workers", "seed", "cache_dir", "measure",
            "ray_address", "patience", "warm_start", "knobs", "pool", "library",
-           "library_exclude_self", "library_refit", "gpus", "deterministic", "launch",
-           "device")
+           "library_exclude_self", "library_refit", "cost_prior", "gpus", "deterministic",
+           "launch", "device")
 
 
 @_bad_input_as_user_error
@@ -184,7 +185,8 @@ def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | N
     always), ``ray_address``, ``patience``, ``warm_start``, ``knobs`` (``["stages=2,4"]``),
     ``pool``, ``library`` (start from the seed library), ``library_exclude_self``
     (leave-one-shape-out: without the problem's own entries), ``library_refit`` (other
-    shapes' entries re-fitted to the problem too), ``gpus`` (GPUs measuring; None: every
+    shapes' entries re-fitted to the problem too), ``cost_prior`` (``"transfer"``, the
+    default, or ``"analytical"``: what the cost model starts from), ``gpus`` (GPUs measuring; None: every
     one), ``deterministic``, ``launch`` (graph or eager; default: a resumed study's own, graph
     for a new one), ``device`` (the GPU profile builds are for: ``"H100_PCIE"``).
     ``progress`` shows the live view on the terminal."""

@@ -13,9 +13,10 @@ genomes by hash only takes them from the other files, from a ``manifest.json`` o
 ``products`` makes the shipped data from the corpus alone, nothing in ``evidence/``: the seed
 library (``tsopt/data/seed_library.json``, from the records of :data:`SHIPPED_SOURCES`), the
 TS search memo (``tsopt/data/ts_searches.json``: the searches of each space's current
-verifier version). ``tests/test_corpus.py`` remakes them and compares. No cross-shape cost
-model is made: :mod:`tsopt.search.transfer`, trained on the corpus, does not beat the
-analytical estimate leave-one-shape-out (``bench/transfer_model``), so none ships.
+verifier version) and the cross-shape cost model (``tsopt/data/cost_model.json``:
+:mod:`tsopt.search.transfer` fitted on every GEMM shape the corpus measured, the prior of
+``evolve``'s cost model; judged leave-one-shape-out in ``bench/transfer_model``).
+``tests/test_corpus.py`` remakes them and compares.
 """
 
 from __future__ import annotations
@@ -477,10 +478,11 @@ def current_searches(searches: Sequence[CorpusSearch],
 
 
 def corpus_products(folder: Path = ROOT_FOLDER, library: Path | None = None,
-                    memo: Path | None = None) -> dict[str, int]:
-    """Remake the seed library and the TS search memo from the corpus in ``folder`` (the
-    shipped files unless paths are given); what each holds."""
+                    memo: Path | None = None, model: Path | None = None) -> dict[str, int]:
+    """Remake the seed library, the TS search memo and the cross-shape cost model from the
+    corpus in ``folder`` (the shipped files unless paths are given); what each holds."""
     from tsopt.search.library import PACKAGED, entries_from_records, merge, save_library
+    from tsopt.search.transfer import SHIPPED_MODEL, fit_transfer_model
     from tsopt.search.ts_memo import SHIPPED as SHIPPED_MEMO
     from tsopt.search.ts_memo import write_memo
 
@@ -489,4 +491,7 @@ def corpus_products(folder: Path = ROOT_FOLDER, library: Path | None = None,
     save_library(entries, library or PACKAGED)
     kept = current_searches(searches)
     write_memo(kept, memo or SHIPPED_MEMO)
-    return {"library entries": len(entries), "TS searches": len(kept)}
+    fitted = fit_transfer_model(records)
+    fitted.save(model or SHIPPED_MODEL)
+    return {"library entries": len(entries), "TS searches": len(kept),
+            "cost model shapes": len(fitted.shapes), "cost model genomes": fitted.rows}

@@ -70,6 +70,13 @@ LIBRARY_REFIT_HELP = (
     "(placements, stages, warp roles) kept, tile, cluster, split-K and swap-AB re-chosen by "
     "the cost model, made legal and judged like any proposal (origin library_refit). Part of "
     "the library: nothing with --no-library.")
+COST_PRIOR_HELP = (
+    "What the evolve sampler's cost model starts from, before the study has measured enough to "
+    "learn from itself: 'transfer' (default), the cross-shape model shipped with tsopt, trained "
+    "on the measurement corpus's other shapes (bench/transfer_model judges it); 'analytical', "
+    "the first-principles estimate alone. A GEMM on the device the corpus measured (H200_SXM); "
+    "elsewhere, and in a --library-exclude-self run of a shape the model was fitted on, the "
+    "analytical estimate.")
 DETERMINISTIC_HELP = ("Only schedules whose output is bit-identical run after run (no atomic "
                       "reductions); refused up front if the space has none for the problem.")
 LAUNCH_HELP = ("How candidates and the vendor baseline are launched while timed, paired: graph "
@@ -112,6 +119,7 @@ TUNE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
                                                 help=LIBRARY_EXCLUDE_SELF_HELP)),
     ("library_refit", bool, typer.Option(True, "--library-refit/--no-library-refit",
                                          help=LIBRARY_REFIT_HELP)),
+    ("cost_prior", str, typer.Option("transfer", "--cost-prior", help=COST_PRIOR_HELP)),
     ("seed", int, typer.Option(0, help="Sampler seed.")),
     ("deterministic", bool, typer.Option(False, "--deterministic", help=DETERMINISTIC_HELP)),
     ("launch", str | None, typer.Option(None, help=LAUNCH_HELP, show_default=False)),
@@ -221,7 +229,7 @@ def _tune_body(entry: SpaceEntry, guard: Callable[[str], AbstractContextManager[
                 ray_address=options["ray_address"], patience=options["patience"],
                 warm_start=options["warm_start"], library=options["library"],
                 library_exclude_self=options["library_exclude_self"],
-                library_refit=options["library_refit"],
+                library_refit=options["library_refit"], cost_prior=options["cost_prior"],
                 knobs=tuple(options["knob"] or ()),
                 pool=options["pool"], gpus=parse_gpus(options["gpus"]),
                 deterministic=options["deterministic"], launch=options["launch"],

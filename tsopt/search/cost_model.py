@@ -21,6 +21,10 @@ baseline's, the study's objective; lower is better).
   MetaSchedule's XGBoost in miniature) on the residuals, over :func:`features` (every gene
   value one-hot or numeric, plus the analytical terms). Below :data:`MIN_FIT` measurements
   the analytical estimate ranks alone.
+- **Prior** (``CostModel.prior``, optional): a ranking learned before the study, across
+  other shapes (:mod:`tsopt.search.transfer`'s shipped model), which then stands where the
+  analytical estimate stood: it ranks alone until the study has measured :data:`MIN_FIT`
+  candidates, and the study's line and stumps are fitted over it.
 
 Pure functions and numpy: no GPU, no database, usable by any simulation.
 """
@@ -28,7 +32,7 @@ Pure functions and numpy: no GPU, no database, usable by any simulation.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,11 +60,14 @@ units a CTA than their data-parallel twins, where the decomposition itself predi
 DSMEM_BYTES_PER_S = 2.0e11
 """One SM's rate of reading a peer's SMEM (distributed shared memory)."""
 MIN_FIT = 8
+"""Measured candidates before the learned part is used."""
 ANALYTICAL_GENES = ("tile_m", "tile_n", "tile_k", "stages", "consumers", "arrangement",
                     "cluster", "persistent", "epilogue", "split_k", "swap_ab", "producer_regs",
                     "consumer_regs", "raster", "swizzle", "stream_k")
 """The genes :func:`gemm_estimate` reads: the knobs whose moves the model can rank."""
-"""Measured candidates before the learned part is used."""
+Prior = Callable[[Sequence[Mapping[str, Any]]], np.ndarray]
+"""Genes of a batch of candidates -> their log relative time as a model learned elsewhere
+predicts it (lower is faster; only the order within a study matters)."""
 
 
 def _int(genes: Mapping[str, Any], name: str, default: int) -> int:
@@ -358,10 +365,13 @@ class CostModel:
 
     def __init__(self, sizes: Mapping[str, int] | None = None, min_fit: int = MIN_FIT,
                  rounds: int = 60, rate: float = 0.3,
-                 device: DeviceProfile | None = None) -> None:
+                 device: DeviceProfile | None = None, prior: Prior | None = None) -> None:
         self.sizes = dict(sizes or {})
         self.device = device
         """The GPU its estimates are for (None: :data:`DEFAULT_DEVICE`)."""
+        self.prior = prior
+        """What ranks before the study has measured enough, and what its line is fitted over
+        (None: the analytical estimate; see the module doc)."""
         self.min_fit = min_fit
         self.rounds = rounds
         self.rate = rate
@@ -370,7 +380,10 @@ class CostModel:
         self.stumps: list[Stump] = []
         self.fitted = 0
 
-    def _analytical(self, genes: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    def _base(self, genes: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """The prior's prediction where there is one, else the analytical estimate."""
+        if self.prior is not None:
+            return np.asarray(self.prior(genes), dtype=float)
         return np.array([analytical_log(g, self.sizes, self.device) for g in genes])
 
     def _matrix(self, genes: Sequence[Mapping[str, Any]]) -> np.ndarray:
@@ -394,7 +407,7 @@ class CostModel:
             return self
         gs = [g for g, _ in pairs]
         y = np.log([v for _, v in pairs])
-        a = self._analytical(gs)
+        a = self._base(gs)
         if np.ptp(a) > 1e-9:
             slope, intercept = np.polyfit(a, y, 1)
             # The estimate is trusted for its order: a line that inverts it is not kept.
@@ -425,7 +438,7 @@ class CostModel:
         """Predicted log relative time per candidate (lower is faster)."""
         if not genes:
             return np.zeros(0)
-        a = self._analytical(genes)
+        a = self._base(genes)
         if not self.learned:
             return a
         intercept, slope = self.line

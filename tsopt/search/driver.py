@@ -147,10 +147,14 @@ class Driver:
         self.proposer = Proposer(self.space, request.problem, self.view, self.predict)
         if hasattr(self.sampler, "bind"):  # evolve: plans completed and ranked in the space
             from tsopt.search.evolve import declared_legal
+            from tsopt.search.transfer import study_prior
 
+            prior, said = study_prior(request.cost_prior, self.space.name, request.problem,
+                                      self.device, request.library_exclude_self)
+            self.console.print(f"cost model: starts from {said}", highlight=False)
             self.sampler.bind(self.space, request.problem,
                               declared_legal(self.space, request.problem, self.predict),
-                              self.proposer.nearest_legal)
+                              self.proposer.nearest_legal, prior)
         self.bundle_dir = request.bundle_dir or Path(".tsopt") / "bundles" / self.name
         heartbeat = Heartbeat(self.store, self.run_id, HEARTBEAT_S)
         self._stages(heartbeat)

@@ -32,6 +32,7 @@ from tsopt.search.evolve import (
 if TYPE_CHECKING:
     from tsopt.core.problem import Problem
     from tsopt.core.space import SearchSpace
+    from tsopt.search.cost_model import Prior
 
 
 class EvolveSampler(optuna.samplers.BaseSampler):
@@ -57,14 +58,17 @@ class EvolveSampler(optuna.samplers.BaseSampler):
 
     def bind(self, space: SearchSpace, problem: Problem,
              legal: Callable[[Mapping[str, Any]], bool] | None = None,
-             repair: Repairer | None = None) -> None:
+             repair: Repairer | None = None, prior: Prior | None = None) -> None:
         """Plans completed through ``space`` for ``problem``, ranked with its sizes, and
         kept in its declared legal set (``legal``, else the space's own factors);
-        ``repair`` (the driver's) makes the survey's picks legal."""
+        ``repair`` (the driver's) makes the survey's picks legal; ``prior`` ranks before
+        the study has measured enough (the cross-shape model, ``transfer.study_prior``;
+        None: the analytical estimate)."""
         self.evolution.complete = space_completer(space, problem, self.view)
         self.evolution.couple = space.coupled
         self.evolution.model.sizes = dict(problem.sizes)
         self.evolution.model.device = space.device  # waves over the target GPU's SMs
+        self.evolution.model.prior = prior
         if legal is None:
             legal = declared_legal(space, problem)
         self.evolution.legal = legal

@@ -88,7 +88,9 @@ class TuneRequest:
     other shapes' entries re-fitted to the problem (:mod:`tsopt.search.refit`: tile, cluster,
     split-K and swap-AB re-chosen by the cost model; origin ``library_refit``; nothing
     without ``library``); ``sampler`` defaults to
-    ``evolve`` (:mod:`tsopt.search.evolve`).
+    ``evolve`` (:mod:`tsopt.search.evolve`), whose cost model starts from ``cost_prior``
+    (:func:`tsopt.search.transfer.study_prior`: the shipped cross-shape model, or the
+    analytical estimate).
     ``deterministic`` keeps to schedules the space calls deterministic
     (``SearchSpace.is_deterministic``: no atomic reduction); a space with none for the problem
     is refused before anything is built, and other proposals are pruned as
@@ -116,6 +118,7 @@ class TuneRequest:
     library: bool = True  # start from the seed library (tsopt.search.library)
     library_exclude_self: bool = False  # leave-one-shape-out: the problem's own entries out
     library_refit: bool = True  # other shapes' entries re-fitted too (tsopt.search.refit)
+    cost_prior: str = "transfer"  # what evolve's cost model starts from (transfer.COST_PRIORS)
     knobs: tuple[str, ...] = field(default_factory=tuple)
     pool: str | None = None  # ray | processes: what --workers N runs on (None: see above)
     gpus: int | None = None  # GPUs measuring, one worker each (None: every one visible)
@@ -184,6 +187,11 @@ class TuneRequest:
             raise UserInputError("--library-exclude-self leaves the study's own problem out of "
                                  "the seed library, and --no-library names no library to leave "
                                  "it out of: give one of them")
+        from tsopt.search.transfer import COST_PRIORS
+
+        if self.cost_prior not in COST_PRIORS:
+            raise UserInputError(f"--cost-prior {self.cost_prior!r} is not one of "
+                                 f"{', '.join(COST_PRIORS)}")
         if self.sampler not in SAMPLERS:
             raise UserInputError(f"--sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
         if self.workers is not None and self.workers < 0:

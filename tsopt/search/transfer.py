@@ -11,14 +11,17 @@ Targets are per shape: a candidate's log time over the vendor's, less the mean o
 (a shape's vendor efficiency is no property of a schedule), and so is the analytical
 estimate. The fit is a least-squares line over the centred estimate, then boosted stumps on
 the residual (:func:`tsopt.search.cost_model.fit_stumps`); every shape weighs the same (at
-most :data:`PER_SHAPE` candidates of each, drawn with a fixed seed). Whether it ranks a
-shape it has never seen better than the estimate alone is judged leave-one-shape-out in
-``bench/transfer_model``: not yet (its rank correlation and top-1 regret improve, its top-8
-regret does not), so no model ships and :mod:`tsopt.search.evolve` starts from the estimate.
+most :data:`PER_SHAPE` candidates of each, drawn with a fixed seed).
+
+It ships (:data:`SHIPPED_MODEL`, made by ``tsopt corpus products``) and is the prior of
+``evolve``'s cost model (:func:`study_prior`): it picks a new study's survey and ranks its
+proposals until the study has measured enough to fit its own line over it. Judged
+leave-one-shape-out on the corpus and on issue #28's held-out oracle tables in
+``bench/transfer_model``: the survey it picks (the best-ranked schedule of each family, as
+``evolve`` surveys) holds a faster schedule than the analytical estimate's on both.
 
 Numpy only; the file it is saved to is JSON.
 """
-
 from __future__ import annotations
 
 import json
@@ -36,11 +39,18 @@ from tsopt.search.cost_model import Stump, analytical_log, features, fit_stumps,
 
 if TYPE_CHECKING:
     from tsopt.core.corpus import CorpusRecord
+    from tsopt.core.devices import DeviceProfile
+    from tsopt.core.problem import Problem
+    from tsopt.search.cost_model import Prior
 
 SHIPPED_MODEL = Path(__file__).resolve().parents[1] / "data" / "cost_model.json"
-"""Where a shipped model would be; none is (bench/transfer_model: it does not beat the
-analytical estimate leave-one-shape-out)."""
+"""The shipped model (``tsopt corpus products`` makes it from ``corpus/``)."""
 FORMAT = "tsopt-transfer-model-1"
+MODEL_DEVICE = "H200_SXM"
+"""The device profile the corpus's GEMMs were measured on, which the model knows alone."""
+COST_PRIORS = ("transfer", "analytical")
+"""What ``--cost-prior`` takes: the shipped cross-shape model (the default), or the
+analytical estimate alone (as every study before it)."""
 PER_SHAPE = 400
 MIN_SHAPE = 20
 """A shape with fewer measured genomes is left out of the fit and of the judgement."""
@@ -222,3 +232,35 @@ def fit_tables(tables: Sequence[ShapeTable], extra: Extra | None = None,
 def fit_transfer_model(records: Sequence[CorpusRecord]) -> TransferModel:
     """The cross-shape model of every GEMM shape the corpus measured."""
     return fit_tables(shape_tables(records))
+
+
+def study_prior(mode: str, space: str, problem: Problem, device: DeviceProfile | None,
+                exclude_self: bool, model: TransferModel | None = None,
+                ) -> tuple[Prior | None, str]:
+    """The prior of a study's cost model (``--cost-prior``), and one line saying which it is
+    and why. None (the analytical estimate) for ``analytical``, for a space other than the
+    GEMM, for another device than the one the corpus measured, where no model ships, and for
+    a leave-one-shape-out run (``exclude_self``) of a problem the model was fitted on: its
+    own measurements must not rank its first proposals."""
+    if space != "gemm":
+        return None, "the space's own estimate (the cross-shape model is the GEMM's)"
+    if mode == "analytical":
+        return None, "the analytical estimate (--cost-prior analytical)"
+    if mode != "transfer":
+        raise ValueError(f"cost prior {mode!r} is not one of {', '.join(COST_PRIORS)}")
+    if device is not None and device.id != MODEL_DEVICE:
+        return None, (f"the analytical estimate: the cross-shape model knows {MODEL_DEVICE} "
+                      f"measurements only, and this study builds for {device.id}")
+    model = model or load_model()
+    if model is None:
+        return None, f"the analytical estimate: no cross-shape model at {SHIPPED_MODEL}"
+    if exclude_self and problem.key in model.shapes:
+        return None, ("the analytical estimate: leave-one-shape-out, and the cross-shape "
+                      f"model was fitted on {problem.key}'s own measurements")
+    sizes = dict(problem.sizes)
+
+    def prior(genes: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        return model.predict(genes, sizes)
+
+    return prior, (f"the cross-shape model ({len(model.shapes)} corpus shapes, "
+                   f"{model.rows} measured genomes), then this study's measurements")
