@@ -192,6 +192,8 @@ def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, An
         "sampler": info.sampler,
         # What the study started from (on, off, exclude-self); older studies did not record it.
         "library": info.config.get("library") or "not recorded",
+        # What evolve's cost model started from (--cost-prior); older studies: the estimate.
+        "cost_prior": info.config.get("cost_prior") or "not recorded",
         "launch": info.launch,
         "launch_text": launch_text(info.launch, launches),
         "measurement_launches": launches,

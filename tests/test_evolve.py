@@ -209,6 +209,8 @@ def test_tune_gemm_with_the_default_sampler_builds_without_a_gpu(tmp_path: Path)
         assert store.funnel("gemm-bf16-2048x2048x8192-sm_90a")["built"] >= 2
         info = store.get_study("gemm-bf16-2048x2048x8192-sm_90a")
         assert info is not None and info.sampler == "evolve"
+        assert info.config["cost_prior"] == "transfer"
+    assert "cost model's prior: transfer (--cost-prior)" in out.stdout  # the summary
 
 
 class _StagesModel:

@@ -304,7 +304,8 @@
 
   function factsSection(st) {
     var facts = [["space", st.space], ["problem", st.problem], ["arch", st.arch],
-                 ["sampler", st.sampler], ["library", st.library], ["launch mode", st.launch_text],
+                 ["sampler", st.sampler], ["cost model's prior", st.cost_prior],
+                 ["library", st.library], ["launch mode", st.launch_text],
                  ["status", st.status], ["created", st.created_at],
                  ["updated", st.updated_at]];
     return h("dl", {"class": "facts"}, facts.map(function (f) {
@@ -548,6 +549,7 @@
         metric("problem", function (st) { return st.problem; }),
         metric("arch", function (st) { return st.arch; }),
         metric("sampler", function (st) { return st.sampler; }),
+        metric("cost model's prior", function (st) { return st.cost_prior; }),
         metric("library", function (st) { return st.library; }),
         metric("launch mode", function (st) { return st.launch; }),
         metric("proposed", funnel("proposed")),

@@ -120,6 +120,7 @@ class Driver:
         self.store: Store = opened.store
         self.verdicts = opened.verdicts
         self.device, self.device_note = opened.device, opened.device_note
+        self.prior, self.prior_note = opened.prior, opened.prior_note
         self.name, self.launch, self.study = opened.name, opened.launch, opened.study
         try:
             return self._run(self.request, opened.trials, opened.others)
@@ -147,14 +148,11 @@ class Driver:
         self.proposer = Proposer(self.space, request.problem, self.view, self.predict)
         if hasattr(self.sampler, "bind"):  # evolve: plans completed and ranked in the space
             from tsopt.search.evolve import declared_legal
-            from tsopt.search.transfer import study_prior
 
-            prior, said = study_prior(request.cost_prior, self.space.name, request.problem,
-                                      self.device, request.library_exclude_self)
-            self.console.print(f"cost model: starts from {said}", highlight=False)
+            self.console.print(f"cost model: starts from {self.prior_note}", highlight=False)
             self.sampler.bind(self.space, request.problem,
                               declared_legal(self.space, request.problem, self.predict),
-                              self.proposer.nearest_legal, prior)
+                              self.proposer.nearest_legal, self.prior)
         self.bundle_dir = request.bundle_dir or Path(".tsopt") / "bundles" / self.name
         heartbeat = Heartbeat(self.store, self.run_id, HEARTBEAT_S)
         self._stages(heartbeat)

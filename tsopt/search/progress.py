@@ -238,8 +238,10 @@ def library_line(store: Store, name: str) -> str:
                "off": "started without the seed library (--no-library)",
                "exclude-self": "leave-one-shape-out: the seed library without this problem's "
                                "own entries (--library-exclude-self)"}
-    return f"library: {mode or 'not recorded'}" + (f" ({meaning[mode]})" if mode in meaning
-                                                    else "")
+    prior = info.config.get("cost_prior") if info is not None else None
+    return (f"library: {mode or 'not recorded'}" + (f" ({meaning[mode]})" if mode in meaning
+                                                     else "")
+            + (f"; cost model's prior: {prior} (--cost-prior)" if prior else ""))
 
 
 def print_summary(console: Console, store: Store, name: str, stats: TuneStats, measured: bool,

@@ -18,6 +18,7 @@ from tsopt.core.errors import UserInputError
 from tsopt.search.outcomes import open_study
 from tsopt.search.pipeline import space_target
 from tsopt.search.study.machine import check_gpu_count, choose_device
+from tsopt.search.transfer import study_prior
 from tsopt.search.ts_memo import seed_store
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ class OpenedStudy:
     predict: Any  # the predicting judge: proposals and library genomes screened here
     device: DeviceProfile
     device_note: str  # why that profile
+    prior: Any  # what evolve's cost model starts from (transfer.study_prior; None: the estimate)
+    prior_note: str  # which, and why
     name: str
     launch: str  # every measurement of the study is timed in its mode
     study: Any  # Optuna's
@@ -111,6 +114,10 @@ def open_run(request: TuneRequest, console: Console, run_id: str,
     device, device_note = choose_device(request, console, injected)
     space.device = device
     console.print(f"device: {device.describe()}: {device_note}", highlight=False)
+    prior, prior_note = study_prior(request.cost_prior, space.name, request.problem, device,
+                                    request.library_exclude_self)
+    # Recorded where a cost model ranks with it: evolve on a GEMM.
+    ranks = request.sampler == "evolve" and space.name == "gemm"
     name = request.study_name(device)
     # Optuna's side of the database first: one it cannot use must not leave a study behind.
     store.optuna_storage().engine.dispose()
@@ -119,7 +126,9 @@ def open_run(request: TuneRequest, console: Console, run_id: str,
         {"trials": request.trials, "time_budget_s": request.time_budget_s,
          "seed": request.seed, "knobs": list(request.knobs),
          "library": request.library_mode, "library_refit": request.library_refit,
-         "cost_prior": request.cost_prior,
+         # What the cost model started from: the prior asked for, unless it stood aside.
+         **({"cost_prior": request.cost_prior if prior is not None else "analytical"}
+            if ranks else {}),
          "device": {"id": device.id, "sm_count": device.sm_count},
          **request.study_config},
         launch=request.launch,
@@ -129,7 +138,8 @@ def open_run(request: TuneRequest, console: Console, run_id: str,
     check_recorded(request, info, trials, name, device)
     others = join(store, space, console, info, name, run_id)
     return OpenedStudy(space, space_target(request.space), view, store, verdicts, predict,
-                       device, device_note, name, info.launch, study, trials, others)
+                       device, device_note, prior, prior_note, name, info.launch, study, trials,
+                       others)
 
 
 def check_recorded(request: TuneRequest, info: StudyInfo, trials: list[Any], name: str,
