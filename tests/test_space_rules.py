@@ -223,6 +223,29 @@ def test_knob_values_outside_their_choices(gemm: Any, gene: str, value: str,
     assert f"gene {gene!r} is {value!r}; it must be one of {choices}" in (verdict.message or "")
 
 
+def test_a_stale_screen_leaves_the_fixed_choices_in_the_schema(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shipped screen that no longer matches the code, and no verifier to recompute it: the
+    placements cannot be listed, but the genes whose choices the space's code fixes are
+    still refused outside them (this once let ``epilogue='bogus'`` through)."""
+    from tsopt.search_spaces.common.screen_cache import StaleScreenError
+
+    stale = get_space("gemm")
+
+    def unreadable(task: str) -> Any:
+        raise StaleScreenError(f"the {task} screen is stale: run `tsopt spaces gemm`")
+
+    monkeypatch.setattr(stale, "screened_placements", unreadable)
+    with pytest.raises(StaleScreenError):
+        stale.knobs(GEMM_PROBLEM)
+    domains = stale.gene_domains(GEMM_PROBLEM)
+    assert domains["epilogue"].choices == ("direct", "tma_store")
+    message = stale.schema_error(stale.seed_genome(GEMM_PROBLEM).replace(epilogue="stale-bogus"),
+                                 GEMM_PROBLEM)
+    assert message is not None and "gene 'epilogue' is 'stale-bogus'" in message
+    assert stale.schema_error(stale.seed_genome(GEMM_PROBLEM), GEMM_PROBLEM) is None
+
+
 def test_copy_raster_outside_its_choices(copy: Any) -> None:
     verdict = verify_genome(copy.seed_genome(COPY_PROBLEM).replace(raster="diagonal"),
                             COPY_PROBLEM, space=copy)

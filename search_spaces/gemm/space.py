@@ -143,9 +143,13 @@ class HopperGemmSpace(SearchSpace):
                  "consumer placement (body | batches in flight | deferred op | wait_group pending "
                  "| drain) the verifier accepts"),
         ]
-        out += [Knob(n, "structural", c, KNOB_DOCS[n]) for n, c in STRUCTURE_CHOICES.items()]
-        out += [Knob(n, "numeric", c, KNOB_DOCS[n]) for n, c in NUMERIC_CHOICES.items()]
-        return tuple(out)
+        return (*out, *self.unscreened_knobs(problem))
+
+    def unscreened_knobs(self, problem: Problem | None = None) -> tuple[Knob, ...]:
+        """The structural and numeric genes: their choices are this module's, no screen's."""
+        del problem
+        return (*(Knob(n, "structural", c, KNOB_DOCS[n]) for n, c in STRUCTURE_CHOICES.items()),
+                *(Knob(n, "numeric", c, KNOB_DOCS[n]) for n, c in NUMERIC_CHOICES.items()))
 
     # What a structure needs of the other knobs (tsopt.stream_k and tsopt.split_k say why).
     COUPLINGS: ClassVar[tuple[tuple[str, Any, dict[str, Any]], ...]] = (

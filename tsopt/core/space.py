@@ -498,9 +498,9 @@ class SearchSpace(ABC):
             listed = (*self.knobs(), *self.knobs(problem))
         except UserInputError:
             # The space cannot list its knobs now (a stale screen and no verifier to recompute
-            # it): the schema is then the seed's genes and kinds, and the space's own checks
-            # judge the values.
-            listed = ()
+            # it): the schema then holds the knobs its code fixes alone, and the seed's kinds
+            # for the rest (the screened ones, which the verifier judges in full).
+            listed = (*self.unscreened_knobs(), *self.unscreened_knobs(problem))
         for knob in listed:
             knobs.setdefault(knob.name, []).extend(knob.choices)
         domains: dict[str, GeneDomain] = {}
@@ -519,6 +519,14 @@ class SearchSpace(ABC):
             else:
                 domains[name] = GeneDomain(name, kind)
         return domains
+
+    def unscreened_knobs(self, problem: Problem | None = None) -> tuple[Knob, ...]:
+        """The knobs whose choices the space's code fixes, not a screen of the verifier's
+        verdicts: what the genome schema still knows when :meth:`knobs` cannot be listed (a
+        stale shipped screen and no verifier to recompute it), so that a value outside them
+        (``epilogue='bogus'``) is refused then too. Default: none."""
+        del problem
+        return ()
 
     def schema_error(self, genome: Genome, problem: Problem) -> str | None:
         """Why ``genome`` does not fit this space's genome schema (:meth:`gene_domains`),
