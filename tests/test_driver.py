@@ -558,6 +558,38 @@ def test_ray_pool_evaluates_in_worker_processes(ray_cluster: Path, tmp_path: Pat
     assert evaluations[bad.hash].build is None
 
 
+def test_a_gpu_that_cannot_measure_bundles_the_candidates_queued_not_the_remeasurements(
+        tmp_path: Path) -> None:
+    """The GPU's baseline fails while a contender's re-check waits behind a candidate: the
+    candidates go to the bundle and the re-check is dropped (its candidate's figure stands;
+    once it went to the bundle too, which then could not be written)."""
+    from tsopt.search.progress import TuneStats
+    from tsopt.search.study.bundling import BundleWriter
+    from tsopt.search.study.jobs import Job
+    from tsopt.search.study.measuring import MeasureStage
+    from tsopt.search.study.workers import Workers
+
+    space = get_space("copy")
+    first, second = space.seed_genome(PROBLEM), space.genome(stages=4)
+    pool = SyntheticMeasurePool()
+    stats = TuneStats()
+    bundle = BundleWriter(tmp_path / "bundle", "s", "copy", PROBLEM, "sm_90a", "graph", stats,
+                          teller=None)  # type: ignore[arg-type]  (nothing is told here)
+    console = Console(file=io.StringIO(), width=200)
+    stage = MeasureStage(None, None, "s", PROBLEM, "graph",  # type: ignore[arg-type]
+                         Workers(measure=pool), stats, console, None,  # type: ignore[arg-type]
+                         bundle, lambda: False)
+    job_a, job_b = Job(first, 1, "suggest"), Job(second, 2, "suggest")
+    recheck = Remeasure(7, "ab" * 32, "recheck7")
+    request = MeasureRequest(str(tmp_path), first.hash, PROBLEM.to_dict())
+    pool.submit(recheck, request)
+    pool.submit(job_b, request)
+    stage.measured(MeasureDone(job_a, 0, MeasureResult(unusable="baseline failed: no GPU")))
+    assert "measuring stopped" in console.file.getvalue()  # type: ignore[attr-defined]
+    assert stage.workers.measure is None and pool.pending() == 0
+    assert bundle.waiting == [job_a, job_b]
+
+
 @pytest.mark.slow
 def test_a_measuring_actor_that_cannot_measure_sends_the_rest_to_the_bundle(
         ray_cluster: Path, tmp_path: Path) -> None:

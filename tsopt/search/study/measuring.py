@@ -121,7 +121,9 @@ class MeasureStage:
             queued = pool.drop_queued()
             pool.close()
             self.workers.measure = None
-            self.bundle.add([job, *queued])
+            # Only candidates go to the bundle: a re-measurement queued behind them is of a
+            # candidate measured already (its first figure stands), and no bundle holds it.
+            self.bundle.add([j for j in (job, *queued) if isinstance(j, Job)])
             return
         measured = result.measurement
         if measured.status == "crash" and self.interrupted():
