@@ -5,10 +5,11 @@ neighbour of one of the best measured candidates, one gene (knob) changed; a num
 mostly steps to the next value up or down, any other knob to another of its choices.
 :class:`Evolution` draws a pool of such mutants, drops those already proposed and those
 outside the space's declared legal set, ranks the rest with the cost model
-(:mod:`tsopt.search.cost_model`: analytical first, learned from the study's measurements as
-they come) and proposes the one predicted fastest; now and then (``explore``) a random one
-of the pool instead, so that a wrong model cannot lock the search in. Before anything is
-measured the pool is random draws, ranked by the analytical model alone. Failed and pruned
+(:mod:`tsopt.search.cost_model`: its prior first, the cross-shape model shipped for a GEMM
+or the analytical estimate, then learned from the study's measurements as they come) and
+proposes the one predicted fastest; now and then (``explore``) a random one of the pool
+instead, so that a wrong model cannot lock the search in. Before anything is measured the
+pool is random draws, ranked by the prior alone. Failed and pruned
 proposals are never proposed again and do not breed. The pool also holds every one-gene
 neighbour of the incumbent along the knobs the model reads (``CostModel.reads``: tiles,
 stages, split, swap, cluster...), so a move the model ranks first is never missed because a
