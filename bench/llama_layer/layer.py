@@ -90,14 +90,19 @@ def time_replay(graph: torch.cuda.CUDAGraph) -> float:
     return start.elapsed_time(end) * 1000.0
 
 
-def paired(graphs: dict[str, torch.cuda.CUDAGraph], rounds: int) -> dict[str, list[float]]:
-    """Each side's replay times, alternating ABBA so neither always runs first."""
-    times: dict[str, list[float]] = {name: [] for name in graphs}
-    names = list(graphs)
+def alternate(timers: dict[str, Any], rounds: int) -> dict[str, list[float]]:
+    """Each side's times (``timers[name]()``), alternating ABBA so neither always runs first."""
+    times: dict[str, list[float]] = {name: [] for name in timers}
+    names = list(timers)
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            times[name].append(time_replay(graphs[name]))
+            times[name].append(timers[name]())
     return times
+
+
+def paired(graphs: dict[str, torch.cuda.CUDAGraph], rounds: int) -> dict[str, list[float]]:
+    """Each side's replay times, alternating ABBA so neither always runs first."""
+    return alternate({name: (lambda g=g: time_replay(g)) for name, g in graphs.items()}, rounds)
 
 
 class Projection:
@@ -222,14 +227,27 @@ def graph_of(fn: Any, x: torch.Tensor, calls: int) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def time_graph(graph: torch.cuda.CUDAGraph, calls: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000.0 / calls
+def mlp_inputs(gen: torch.Generator) -> tuple[dict[str, Any], int]:
+    """The MLP block on each side (``mlp_blocks``) over random gate_up and down weights, and K."""
+    n_gu, k = PROJECTIONS["gate_up"]
+    n_down, k_down = PROJECTIONS["down"]
+    w_gu = (torch.randn(n_gu, k, device="cuda", generator=gen) * k ** -0.25).to(torch.bfloat16)
+    w_down = (torch.randn(n_down, k_down, device="cuda", generator=gen)
+              * k_down ** -0.25).to(torch.bfloat16)
+    return mlp_blocks(w_gu, w_down), k
+
+
+def add_ratio(row: dict[str, Any], times: dict[str, list[float]], label: str) -> None:
+    """Each side's median, the ratio (matmul's / tsopt's) and its range over rounds, printed."""
+    row.update({f"{name} us": statistics.median(t) for name, t in times.items()})
+    round_ratios = [c / t for c, t in zip(times["torch.matmul"], times["tsopt"], strict=True)]
+    row.update(ratio=row["torch.matmul us"] / row["tsopt us"],
+               round_ratio_min=min(round_ratios), round_ratio_max=max(round_ratios),
+               times=times)
+    print(f"{label} M={row['m']}: tsopt {row['tsopt us']:.1f} us, torch.matmul "
+          f"{row['torch.matmul us']:.1f} us, ratio {row['ratio']:.3f} (rounds "
+          f"{row['round_ratio_min']:.3f}-{row['round_ratio_max']:.3f}), rel err "
+          f"{row['tsopt rel_err']:.1e}", flush=True)
 
 
 def mlp_graphed(ms: list[int], gen: torch.Generator, rounds: int,
@@ -239,12 +257,7 @@ def mlp_graphed(ms: list[int], gen: torch.Generator, rounds: int,
     alternation: the block's GPU time alone, as a serving stack that graphs its decode step
     sees it (the reduce-overhead figure of :func:`mlp` includes the host's replay cost, which
     at these sizes is most of it)."""
-    n_gu, k = PROJECTIONS["gate_up"]
-    n_down, k_down = PROJECTIONS["down"]
-    w_gu = (torch.randn(n_gu, k, device="cuda", generator=gen) * k ** -0.25).to(torch.bfloat16)
-    w_down = (torch.randn(n_down, k_down, device="cuda", generator=gen)
-              * k_down ** -0.25).to(torch.bfloat16)
-    eager = mlp_blocks(w_gu, w_down)
+    eager, k = mlp_inputs(gen)
     rows = []
     for m in ms:
         torch._dynamo.reset()
@@ -258,32 +271,16 @@ def mlp_graphed(ms: list[int], gen: torch.Generator, rounds: int,
             for name, fn in compiled.items():
                 row[f"{name} rel_err"] = rel_err(fn(x).float(), ref)
             graphs = {name: graph_of(fn, x, calls) for name, fn in compiled.items()}
-            times: dict[str, list[float]] = {name: [] for name in graphs}
-            names = list(graphs)
-            for r in range(rounds):
-                for name in (names if r % 2 == 0 else names[::-1]):
-                    times[name].append(time_graph(graphs[name], calls))
-        row.update({f"{name} us": statistics.median(t) for name, t in times.items()})
-        round_ratios = [c / t for c, t in zip(times["torch.matmul"], times["tsopt"], strict=True)]
-        row.update(ratio=row["torch.matmul us"] / row["tsopt us"],
-                   round_ratio_min=min(round_ratios), round_ratio_max=max(round_ratios),
-                   times=times)
-        print(f"MLP block (graphed) M={m}: tsopt {row['tsopt us']:.1f} us, torch.matmul "
-              f"{row['torch.matmul us']:.1f} us, ratio {row['ratio']:.3f} (rounds "
-              f"{row['round_ratio_min']:.3f}-{row['round_ratio_max']:.3f}), rel err "
-              f"{row['tsopt rel_err']:.1e}", flush=True)
+            times = alternate({name: (lambda g=g: time_replay(g) / calls)
+                               for name, g in graphs.items()}, rounds)
+        add_ratio(row, times, "MLP block (graphed)")
         rows.append(row)
         del graphs
     return rows
 
 
 def mlp(ms: list[int], gen: torch.Generator, rounds: int, calls: int) -> list[dict[str, Any]]:
-    n_gu, k = PROJECTIONS["gate_up"]
-    n_down, k_down = PROJECTIONS["down"]
-    w_gu = (torch.randn(n_gu, k, device="cuda", generator=gen) * k ** -0.25).to(torch.bfloat16)
-    w_down = (torch.randn(n_down, k_down, device="cuda", generator=gen)
-              * k_down ** -0.25).to(torch.bfloat16)
-    eager = mlp_blocks(w_gu, w_down)
+    eager, k = mlp_inputs(gen)
     rows = []
     for m in ms:
         torch._dynamo.reset()
@@ -298,20 +295,9 @@ def mlp(ms: list[int], gen: torch.Generator, rounds: int, calls: int) -> list[di
                 for _ in range(3):  # compiled, recorded, replayed
                     out = fn(x).clone()
                 row[f"{name} rel_err"] = rel_err(out, ref)
-            times: dict[str, list[float]] = {name: [] for name in compiled}
-            names = list(compiled)
-            for r in range(rounds):
-                for name in (names if r % 2 == 0 else names[::-1]):
-                    times[name].append(time_calls(compiled[name], x, calls))
-        row.update({f"{name} us": statistics.median(t) for name, t in times.items()})
-        round_ratios = [c / t for c, t in zip(times["torch.matmul"], times["tsopt"], strict=True)]
-        row.update(ratio=row["torch.matmul us"] / row["tsopt us"],
-                   round_ratio_min=min(round_ratios), round_ratio_max=max(round_ratios),
-                   times=times)
-        print(f"MLP block M={m}: tsopt {row['tsopt us']:.1f} us, torch.matmul "
-              f"{row['torch.matmul us']:.1f} us, ratio {row['ratio']:.3f} (rounds "
-              f"{row['round_ratio_min']:.3f}-{row['round_ratio_max']:.3f}), rel err "
-              f"{row['tsopt rel_err']:.1e}", flush=True)
+            times = alternate({name: (lambda fn=fn, x=x: time_calls(fn, x, calls))
+                               for name, fn in compiled.items()}, rounds)
+        add_ratio(row, times, "MLP block")
         rows.append(row)
     return rows
 
