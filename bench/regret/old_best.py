@@ -5,8 +5,10 @@ best candidate with its whole genome, for a pair bundle beside today's default's
 with ``--cost-prior analytical`` (the default then), which propose the same 16 genomes each
 (checked here, study by study: the same hashes, or the script stops):
 
-    .venv/bin/python bench/regret/gpuless.py --work /work/regret-analytical round --round 1 --seed 1 --seed 2 --cost-prior analytical
-    python3 bench/regret/old_best.py bench/regret/results/r1.json /work/regret-analytical/ship/r1 --out bench/regret/analytical-r1-best.json
+    .venv/bin/python bench/regret/gpuless.py --work /work/regret-analytical round --round 1 \\
+        --seed 1 --seed 2 --cost-prior analytical
+    python3 bench/regret/old_best.py bench/regret/results/r1.json \\
+        /work/regret-analytical/ship/r1 --out bench/regret/analytical-r1-best.json
 """
 
 from __future__ import annotations
