@@ -419,7 +419,56 @@ def fig_prior_loso(_: Sequence[CorpusRecord]) -> str:
     return _survey_regrets("bench/transfer_model/loso.json")
 
 
+def heldout_verdict(passes: Sequence[float], machines: int) -> str:
+    """The table's verdict where the passes span machines; on one machine its passes say
+    nothing of the spread between machines (up to 7.6 % at one kernel, bench/launch_modes),
+    so the row only says where its passes fell."""
+    if len(passes) < MIN_PASSES:
+        return "-"
+    if machines > 1:
+        return verdict(min(passes), max(passes))
+    where = "above" if min(passes) > 1.0 else "under" if max(passes) < 1.0 else "across 1"
+    return f"{where} in every pass; one machine, so no claim"
+
+
+def fig_heldout_regret(_: Sequence[CorpusRecord]) -> str:
+    """The held-out problems' rows: each seed's winner of a default GPU-less tune after its last
+    measured round, beside the oracle's picks in the same passes (bench/regret/regret.json,
+    made by bench/regret/summarise.py). These measurements are kept out of the corpus, as every
+    held-out one is, so the rows come from the regret summary, not from ``corpus/``."""
+    doc = _json("bench/regret/regret.json")
+    library = {"exclude-self": "leave-one-out", "off": "off", "on": "on"}
+    head = ("| problem | winner | found by | library | held-out or suite | launch | passes "
+            "| machines | median | spread between passes | vs the vendor "
+            "| oracle picks' best | regret (worst pass) |")
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for problem in doc["problems"]:
+        last: dict[int, dict[str, Any]] = {}
+        for w in problem["winners"]:
+            if w["seed"] not in last or w["round"] > last[w["seed"]]["round"]:
+                last[w["seed"]] = w
+        for seed, w in sorted(last.items()):
+            passes = w["ratio_per_pass"]
+            oracle = problem["oracle_best_per_pass"]
+            # one device call measures both passes of a problem: one machine per source file
+            source = problem["source"]
+            calls = 1 if isinstance(source, str) else len(set(source))
+            lines.append(
+                f"| {problem['name']} `{problem['problem'].removeprefix('gemm:')}` "
+                f"| `{w['genome_hash'][:12]}` "
+                f"| `tsopt tune gemm` {w['protocol']}, seed {seed}, after round {w['round']} "
+                f"(16 built a round) | {library.get(problem['library'], problem['library'])} "
+                f"| held-out | graph | {len(passes)} | {calls} "
+                f"({', '.join(problem['device'])}) | {statistics.median(passes):.3f}× "
+                f"| {_span(passes, '{:.3f}').replace('-', '–')}× "
+                f"| {heldout_verdict(passes, calls)} "
+                f"| {_span(oracle, '{:.3f}').replace('-', '–')}× "
+                f"| {w['regret_max'] * 100:+.1f} % |")
+    return "\n" + "\n".join(lines) + "\n"
+
+
 FIGURES: dict[str, Callable[[Sequence[CorpusRecord]], str]] = {
+    "heldout_regret": fig_heldout_regret,
     "hbm_copy": fig_hbm_copy, "survey_sizes": fig_survey_sizes,
     "repaired_pass_rate": fig_repaired_pass_rate, "memo_replay": fig_memo_replay,
     "copy_race": fig_copy_race, "launch_modes_agree": fig_launch_modes_agree,

@@ -164,6 +164,14 @@ def markdown(plan: Mapping[str, Any], merged: Mapping[str, Any],
     return "\n".join(lines) + "\n"
 
 
+def compact_table(table: dict) -> str:
+    """The table as JSON with each row on its own line and no spaces."""
+    head = {k: v for k, v in table.items() if k != "rows"}
+    text = json.dumps(head, separators=(",", ":"))[:-1]
+    rows = ",\n".join(json.dumps(r, separators=(",", ":")) for r in table["rows"])
+    return f'{text},"rows":[\n{rows}\n]}}\n'
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, nargs="+")
@@ -189,7 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "heldout_version": plan.get("heldout_version"),
                  "plan_sha256": sorted(into["plan_sha256"]), "devices": sorted(into["devices"]),
                  "rows": [{k: v for k, v in r.items() if k != "params"} for r in rows]}
-        (args.out / f"{name}.table.json").write_text(json.dumps(table, indent=0) + "\n")
+        # one row a line, no padding: ten tables of 110-330 rows stay small in bench/
+        (args.out / f"{name}.table.json").write_text(compact_table(table))
         timed = sum(1 for r in rows if r["status"] == "ok")
         print(f"{name}: {timed} of {len(rows)} timed -> {args.out / (name + '.md')}")
     return 0

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -181,6 +182,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     for results_file in args.results:
         doc = json.loads(results_file.read_text())
         for item in doc["bundles"]:
+            if Path(item.get("folder") or f"r{args.round}").name != f"r{args.round}":
+                continue  # a call may measure two rounds' folders: each is ingested by its own
             seed_part, name = item["path"].split("-", 1)
             seed = int(seed_part.removeprefix("s"))
             target = args.work / "ship" / f"r{args.round}" / item["path"]
@@ -242,6 +245,88 @@ def cmd_pairs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """What ``device_pairs.py`` needs to write and measure the pairs on the GPU machine right
+    after round 2 is measured there: every problem's oracle picks and round-1 winners, built and
+    copied under ``<work>/pairs-pre/artifacts``, each study's round-1 standings (hash -> its
+    paired ratio) and where its round-2 ship bundle is. A study whose round 1 is not ingested
+    names its round-1 ship bundle instead: the device measures it and takes its best."""
+    winners = read_winners(args.work)
+    oracle = sidebyside.read_oracle_best()
+    pre = args.work / "pairs-pre"
+    shutil.rmtree(pre, ignore_errors=True)  # remade whole: a plan never points at stale copies
+    (pre / "artifacts").mkdir(parents=True, exist_ok=True)
+
+    def carried(slot: dict[str, Any], name: str) -> str:
+        # per problem: a genome hash names a schedule, and one schedule is built per shape
+        target = pre / "artifacts" / name / slot["genome_hash"]
+        if not target.exists():
+            shutil.copytree(slot["artifact_dir"], target)
+        return target.relative_to(args.work).as_posix()
+
+    problems = []
+    for p in chosen(args.problem):
+        picks = sidebyside.merge_items(sidebyside.oracle_items(oracle[p.name]))
+        sidebyside.build_missing(picks, p.spec, args.work / "artifacts", args.workers)
+        entry: dict[str, Any] = {"name": p.name, "problem": p.spec, "oracle": [], "studies": []}
+        for slot in picks:
+            if slot.get("artifact_dir"):
+                entry["oracle"].append({**slot, "artifact_dir": carried(slot, p.name)})
+        for seed in args.seed:
+            study: dict[str, Any] = {"seed": seed, "round1": None, "round1_bundle": None,
+                                     "round1_standings": {}, "round2_bundle": None}
+            first = winners.get(str(seed), {}).get(p.name, {}).get("1")
+            if first and first.get("genome_hash"):
+                slot = {"genome_hash": first["genome_hash"], "artifact_dir":
+                        args.work / f"s{seed}" / "bundles" / p.name / "artifacts"
+                        / first["genome_hash"]}
+                study["round1"] = {"genome_hash": first["genome_hash"],
+                                   "genome": first["genome"], "ratio": first.get("ratio"),
+                                   "origin": first.get("origin"),
+                                   "measured_candidates": first.get("measured_candidates"),
+                                   "artifact_dir": carried(slot, p.name)}
+                study["round1_standings"] = standings(db_url(args.work, p.name, seed),
+                                                      study_name(p.name, seed))
+            elif (args.work / "ship" / "r1" / f"s{seed}-{p.name}" / "manifest.json").exists():
+                study["round1_bundle"] = f"ship/r1/s{seed}-{p.name}"
+            if (args.work / "ship" / "r2" / f"s{seed}-{p.name}" / "manifest.json").exists():
+                study["round2_bundle"] = f"ship/r2/s{seed}-{p.name}"
+            entry["studies"].append(study)
+        problems.append(entry)
+        print(f"{p.name}: {len(entry['oracle'])} oracle picks, "
+              f"{sum(s['round1'] is not None for s in entry['studies'])} round-1 winners, "
+              f"{sum(s['round2_bundle'] is not None for s in entry['studies'])} round-2 bundles",
+              flush=True)
+    plan = {"format": "tsopt-regret-pairs-plan", "version": 1, "protocol": PROTOCOL,
+            "library": LIBRARY, "problems": problems}
+    (pre / "plan.json").write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    print(f"{pre / 'plan.json'}: {len(problems)} problems")
+    return 0
+
+
+def standings(url: str, study: str) -> dict[str, float]:
+    """genome hash -> paired ratio of every ranked candidate of a study (its standing)."""
+    from tsopt.db.store import Store
+
+    with Store(url) as store:
+        return {r.genome_hash: (r.standing.ratio if r.standing else r.measurement.ratio)
+                for r in store.ranked(study)
+                if (r.standing.ratio if r.standing else r.measurement.ratio) is not None}
+
+
+def choice_checks(results: list[Path], winners: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each winner ``device_pairs.py`` chose on the GPU machine beside the one the study's
+    database ranks first once that round is ingested here: they must be the same genome."""
+    checks = []
+    for results_file in results:
+        for c in json.loads(results_file.read_text()).get("chosen", []):
+            ranked = winners.get(str(c["seed"]), {}).get(c["name"], {}).get(str(c["round"]), {})
+            checks.append({"name": c["name"], "seed": c["seed"], "round": c["round"],
+                           "device": c["genome_hash"], "database": ranked.get("genome_hash"),
+                           "agrees": ranked.get("genome_hash") == c["genome_hash"]})
+    return checks
+
+
 def cmd_sidebyside(args: argparse.Namespace) -> int:
     problems: dict[str, dict[str, Any]] = {}
     hosts, started = set(), []
@@ -260,7 +345,14 @@ def cmd_sidebyside(args: argparse.Namespace) -> int:
                                     "rc": item["rc"], "seconds": item["seconds"],
                                     "tail": item.get("tail"),
                                     "results": item["results"] or {"measurements": []}})
+    checks = choice_checks(args.results, read_winners(args.work))
+    for c in checks:
+        if not c["agrees"]:
+            print(f"warning: {c['name']} seed {c['seed']} round {c['round']}: the device chose "
+                  f"{c['device'][:12]}, the study's database ranks {str(c['database'])[:12]} "
+                  "first", flush=True)
     out = {"format": FORMAT, "version": 1, "protocol": PROTOCOL, "library": LIBRARY,
+           "device_choices": checks,
            "hosts": sorted(h for h in hosts if h), "host": ",".join(sorted(h for h in hosts if h)),
            "started": min((s for s in started if s), default=None),
            "rounds": {"built_per_round": BUILT_PER_ROUND, "winners": read_winners(args.work)},
@@ -288,12 +380,17 @@ def main() -> int:
     p = sub.add_parser("pairs", help="each problem's winners and oracle picks, two bundles")
     p.add_argument("--problem", action="append", default=[])
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    q = sub.add_parser("plan", help="oracle picks and round-1 winners carried, for "
+                                    "device_pairs.py after round 2 is measured there")
+    q.add_argument("--problem", action="append", default=[])
+    q.add_argument("--seed", type=int, action="append", required=True)
+    q.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     s = sub.add_parser("sidebyside", help="measured pair bundles -> a side-by-side document")
     s.add_argument("results", type=Path, nargs="+")
     s.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     return {"round": cmd_round, "ingest": cmd_ingest, "pairs": cmd_pairs,
-            "sidebyside": cmd_sidebyside}[args.step](args)
+            "plan": cmd_plan, "sidebyside": cmd_sidebyside}[args.step](args)
 
 
 if __name__ == "__main__":

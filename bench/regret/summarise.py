@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     summary["sources"] = [p.name for p in args.documents]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps(summary, sort_keys=True) + "\n")
     args.out.with_suffix(".md").write_text(markdown(summary, summary["sources"]))
     print(args.out.with_suffix(".md").read_text())
     return 0
