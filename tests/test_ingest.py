@@ -279,3 +279,35 @@ def test_ingest_records_each_measurement_in_the_bundles_mode(
         assert info is not None and info.launch == "graph"
         assert {r.measurement.launch for c in store.candidates(STUDY)
                 for r in c.measurements} == {"graph"}
+
+
+def test_a_run_resumed_after_ingest_shows_the_study_best_before_it(
+    tmp_path: Path, bundle: tuple[Path, list[Genome]],
+) -> None:
+    """A GPU-less round 2 times nothing of its own: its live view names the study's rank 1 from
+    the ingested round instead of "nothing timed yet", until the run times something better.
+    The timings are SYNTHETIC (simulated device)."""
+    from types import SimpleNamespace
+
+    from tsopt.search.driver import Driver
+    from tsopt.search.progress import TuneStats
+
+    path, genomes = bundle
+    store, _ = prepared_store(f"sqlite:///{tmp_path / 'tsopt.db'}", genomes, tmp_path)
+    manifest = read_manifest(path)
+    results = read_results(path, manifest)
+    assert results is not None
+    ingest_results(store, manifest, results)
+    run = SimpleNamespace(store=store, name=STUDY, stats=TuneStats())
+    Driver._note_earlier_best(run)  # type: ignore[arg-type]  (what it reads of a Driver)
+    store.close()
+
+    stats = run.stats
+    assert stats.earlier_best == (pytest.approx(21.0 / 25.0), genomes[0].hash, "torch.copy_")
+    assert stats.best_line() == ("best: nothing timed in this run; the study's best before "
+                                 f"this run: 0.840x torch.copy_ ({genomes[0].hash[:12]})")
+    stats.offer_best(30.0, 0.70, "f" * 64, 5, "torch.copy_")
+    assert stats.best_line().endswith(f"the study's best before this run: 0.840x torch.copy_ "
+                                      f"({genomes[0].hash[:12]})")
+    stats.offer_best(20.0, 1.05, "0" * 64, 6, "torch.copy_")
+    assert stats.best_line() == "best: 20.00 µs, 1.050x torch.copy_ (000000000000, trial 6)"

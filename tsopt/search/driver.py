@@ -127,6 +127,17 @@ class Driver:
         finally:
             self.store.close()
 
+    def _note_earlier_best(self) -> None:
+        """The study's rank 1 from its earlier runs (an ingested bundle, a run on another
+        machine), for the live view: a resumed run has timed nothing of its own at first."""
+        top = self.store.ranked(self.name, limit=1)
+        if not top:
+            return
+        standing, measured = top[0].standing, top[0].measurement
+        ratio = standing.ratio if standing is not None else measured.ratio
+        if ratio is not None:
+            self.stats.earlier_best = (ratio, top[0].genome_hash, measured.baseline_name)
+
     def _run(self, request: TuneRequest, trials: list[Any], others: int) -> int:
         """The run once it is registered: its sampler, the search, the run's end recorded."""
         import optuna
@@ -154,6 +165,7 @@ class Driver:
                               declared_legal(self.space, request.problem, self.predict),
                               self.proposer.nearest_legal, self.prior)
         self.bundle_dir = request.bundle_dir or Path(".tsopt") / "bundles" / self.name
+        self._note_earlier_best()
         heartbeat = Heartbeat(self.store, self.run_id, HEARTBEAT_S)
         self._stages(heartbeat)
         interrupted_before = signal.getsignal(signal.SIGINT)

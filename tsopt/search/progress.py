@@ -62,6 +62,9 @@ class TuneStats:
     build_waits: list[float] = field(default_factory=list)  # per built candidate, seconds
     gpu_waits: list[float] = field(default_factory=list)  # per measurement, seconds
     built_on: Counter[str] = field(default_factory=Counter)  # node -> candidates built
+    # The study's rank 1 when this run started (ratio, genome hash, baseline name): a run that
+    # resumes after `tsopt ingest` shows it until this run times something better.
+    earlier_best: tuple[float, str, str] | None = None
 
     def note_build(self, node: str, wait_s: float | None) -> None:
         """A build came back from ``node`` after waiting ``wait_s`` for its slot."""
@@ -116,12 +119,21 @@ class TuneStats:
         return " | ".join(parts)
 
     def best_line(self) -> str:
+        earlier = ""
+        if self.earlier_best is not None:
+            ratio, genome_hash, baseline = self.earlier_best
+            earlier = (f"the study's best before this run: {ratio:.3f}x "
+                       f"{baseline or 'baseline'} ({genome_hash[:12]})")
         if self.best_us is None:
-            return "best: nothing timed yet"
+            return (f"best: nothing timed in this run; {earlier}" if earlier
+                    else "best: nothing timed yet")
         ratio = (f", {self.best_ratio:.3f}x {self.baseline_name or 'baseline'}"
                  if self.best_ratio is not None else "")
         trial = f", trial {self.best_trial}" if self.best_trial is not None else ""
-        return f"best: {self.best_us:.2f} µs{ratio} ({(self.best_hash or '')[:12]}{trial})"
+        line = f"best: {self.best_us:.2f} µs{ratio} ({(self.best_hash or '')[:12]}{trial})"
+        behind = (self.earlier_best is not None and self.best_ratio is not None
+                  and self.best_ratio < self.earlier_best[0])
+        return f"{line}; {earlier}" if behind else line
 
     def rate_line(self, remaining_trials: int | None, time_left_s: float | None) -> str:
         elapsed = time.monotonic() - self.started
