@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
 import sidebyside  # noqa: E402
-from measure_bundles import FORMAT  # noqa: E402
+from measure_bundles import measure_into, new_document, save  # noqa: E402
 
 PROTOCOL = "gpuless"
 
@@ -152,9 +151,7 @@ def main() -> int:
                                                 slots)
         written.append((problem["name"], bundles))
         print(f"{problem['name']}: {len(slots)} genomes", flush=True)
-    doc = {"format": FORMAT, "version": 1, "host": socket.gethostname(),
-           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
-           "bundles": [], "left": [], "chosen": chosen}
+    doc = {**new_document(start), "chosen": chosen}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for order in range(2):  # every problem's first pass before any second pass
         for _, bundles in written:
@@ -163,15 +160,9 @@ def main() -> int:
             if left < args.reserve:
                 doc["left"].append(bundle.name)
                 continue
-            run = sidebyside.run_runner(bundle, left)
-            roles = bundle.parent / f"{bundle.name}.{sidebyside.ROLES_NAME}"
-            run.update(folder=args.pairs.as_posix(), path=bundle.name,
-                       roles=json.loads(roles.read_text()))
-            doc["bundles"].append(run)
-            doc["wall_s"] = round(time.time() - start, 1)
-            args.out.write_text(json.dumps(doc, sort_keys=True) + "\n")
-    doc["wall_s"] = round(time.time() - start, 1)
-    args.out.write_text(json.dumps(doc, sort_keys=True) + "\n")
+            measure_into(doc, bundle, args.pairs.as_posix(), bundle.name, left, args.out,
+                         start)
+    save(doc, args.out, start)
     print(json.dumps({"measured": len(doc["bundles"]), "left": len(doc["left"]),
                       "wall_s": doc["wall_s"]}), flush=True)
     return 0

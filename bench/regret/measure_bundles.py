@@ -41,6 +41,30 @@ def bundles_under(folder: Path) -> list[Path]:
     return found
 
 
+def new_document(start: float) -> dict:
+    """An empty document of this format, started at ``start`` (epoch seconds)."""
+    return {"format": FORMAT, "version": 1, "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+            "bundles": [], "left": []}
+
+
+def measure_into(doc: dict, bundle: Path, folder: str, rel: str, left: float, out: Path,
+                 start: float, runner_args: list[str] | tuple[str, ...] = ()) -> None:
+    """One bundle measured by the runner, its run (with the ``roles.json`` beside it, if
+    any) added to ``doc``, and ``out`` rewritten: a call cut short keeps what it measured."""
+    run = run_runner(bundle, left, runner_args)
+    roles_path = bundle.parent / f"{bundle.name}.{ROLES_NAME}"
+    run.update(folder=folder, path=rel,
+               roles=json.loads(roles_path.read_text()) if roles_path.exists() else None)
+    doc["bundles"].append(run)
+    save(doc, out, start)
+
+
+def save(doc: dict, out: Path, start: float) -> None:
+    doc["wall_s"] = round(time.time() - start, 1)
+    out.write_text(json.dumps(doc, sort_keys=True) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", type=Path, nargs="+")
@@ -62,9 +86,7 @@ def main() -> int:
         print(f"error: no bundle (manifest.json) under {' '.join(map(str, args.folders))}",
               file=sys.stderr)
         return 2
-    doc = {"format": FORMAT, "version": 1, "host": socket.gethostname(),
-           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
-           "bundles": [], "left": []}
+    doc = new_document(start)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for folder, bundle in todo:
         rel = bundle.relative_to(folder).as_posix()
@@ -72,15 +94,9 @@ def main() -> int:
         if left < args.reserve:
             doc["left"].append(f"{folder.as_posix()}/{rel}")
             continue
-        run = run_runner(bundle, left, args.runner_arg)
-        roles_path = bundle.parent / f"{bundle.name}.{ROLES_NAME}"
-        run.update(folder=folder.as_posix(), path=rel,
-                   roles=json.loads(roles_path.read_text()) if roles_path.exists() else None)
-        doc["bundles"].append(run)
-        doc["wall_s"] = round(time.time() - start, 1)
-        args.out.write_text(json.dumps(doc, sort_keys=True) + "\n")
-    doc["wall_s"] = round(time.time() - start, 1)
-    args.out.write_text(json.dumps(doc, sort_keys=True) + "\n")
+        measure_into(doc, bundle, folder.as_posix(), rel, left, args.out, start,
+                     args.runner_arg)
+    save(doc, args.out, start)
     print(json.dumps({"measured": len(doc["bundles"]), "left": len(doc["left"]),
                       "wall_s": doc["wall_s"],
                       "rc": sorted({b["rc"] for b in doc["bundles"]})}), flush=True)
