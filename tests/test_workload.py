@@ -256,3 +256,22 @@ def test_a_workload_exports_as_one_package_that_says_which_kernel_serves_which_m
                               "64": "gemm_bf16_64x4096x4096", "65": None}
     assert found["shape"] == [20, 4096] and len(found["warned"]) == 1
     assert "m=20 n=4096 k=4096: no tuned kernel" in found["warned"][0]
+
+    # --vendor-floor between the two kernels' recorded ratios: the slower one is left to
+    # torch.matmul, said in one line naming its ratio; the other is exported as before.
+    ratios = {m: _archived(m, tmp_path)[1].ratio for m in studies}  # type: ignore[attr-defined]
+    low, high = sorted(ratios, key=lambda m: ratios[m])
+    assert ratios[low] < ratios[high], ratios
+    floor = (ratios[low] + ratios[high]) / 2
+    floored = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg2",
+                    "--vendor-floor", f"{floor:.6f}", cwd=tmp_path)
+    assert floored.returncode == 0, floored.stdout + floored.stderr
+    said = " ".join(floored.stdout.split())
+    assert f"reads {ratios[low]:.3f}x" in said and f"below --vendor-floor {floor:.6g}" in said, said
+    assert said.count("its Ms fall back to torch.matmul") == 1, said
+    names = [k["name"] for k in json.loads((tmp_path / "pkg2" / "manifest.json").read_text())["kernels"]]
+    assert names == [f"gemm_bf16_{high}x4096x4096"]
+    refused = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg3",
+                    "--vendor-floor", "nan", cwd=tmp_path)
+    assert refused.returncode == 2 and "--vendor-floor nan must be a ratio above 0" in refused.stderr
+    assert not (tmp_path / "pkg3").exists()

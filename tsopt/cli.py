@@ -327,6 +327,10 @@ def export(
                                   "timed candidate, as one package; the others are named and "
                                   "fall back to torch.matmul."),
     arch: str = typer.Option("sm_90a", help="With --workload: the arch its studies target."),
+    vendor_floor: float = typer.Option(None, help="With --workload: leave a study to "
+                                       "torch.matmul when its best kernel's paired ratio to the "
+                                       "vendor is below this (1.0: slower than cuBLAS as measured; "
+                                       "default: export every study with a timed kernel)."),
     rank: int = typer.Option(1, help="1 = best correct timed candidate, 2 = runner-up, ..."),
     force: bool = typer.Option(False, help="Replace an earlier export in --out: only the files "
                                "its manifest lists (other files are kept)."),
@@ -339,8 +343,11 @@ def export(
         if workload is not None:
             from tsopt.app.serving_tune import workload_export_studies
 
-            names += [n for n in workload_export_studies(workload, arch, db, console)
+            names += [n for n in workload_export_studies(workload, arch, db, console,
+                                                         vendor_floor=vendor_floor)
                       if n not in names]
+        elif vendor_floor is not None:
+            raise UserInputError(f"--vendor-floor {vendor_floor:g} applies to --workload only")
         code = export_command(studies=names, out=out, rank=rank, force=force, db_url=db, console=console)
     raise typer.Exit(code)
 

@@ -7,8 +7,9 @@ the results have travelled back, been ingested and exported (which saves a machi
 
 The pick is the one ``tsopt export`` makes from the database after ingest (rank 1: the
 greatest paired ratio of a correct, timed measurement, ties by genome hash: ``store.ranked``'s
-rule for candidates measured once, as ``bench/regret/device_pairs.py`` applies it); ``picks.json`` names each bucket's genome so
-that the export made here afterwards can be checked against it. A bundle with no ``ok``
+rule for candidates measured once, as ``bench/regret/device_pairs.py`` applies it);
+``picks.json`` names each bucket's genome so that the export made here afterwards can be
+checked against it. A bundle with no ``ok``
 measurement gives no kernel: its bucket falls back to torch.matmul, and picks.json says so.
 Torch, the standard library and ``bench/serving/check_dispatch.py`` only.
 """

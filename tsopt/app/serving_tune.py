@@ -30,6 +30,7 @@ again beyond their budget.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ from tsopt.core.problem import Problem
 
 if TYPE_CHECKING:
     from tsopt.db.store import Store
+    from tsopt.db.views import RankedCandidate
     from tsopt.search.request import TuneRequest
 
 KERNEL_ENV = "TSOPT_BUCKET_KERNELS"
@@ -288,12 +290,14 @@ def _serves(config: dict[str, Any], planned: PlannedStudy) -> bool:
     return serving.get("kernel") != STANDIN
 
 
-def workload_studies(store: Store, workload: Workload, arch: str,
-                     kind: str | None = None) -> tuple[list[str], list[str]]:
+def workload_studies(store: Store, workload: Workload, arch: str, kind: str | None = None,
+                     vendor_floor: float | None = None) -> tuple[list[str], list[str]]:
     """The studies of ``store`` that tune ``workload`` (for ``arch``), and a line for each
-    planned study that has no correct timed candidate to export (left out: its Ms fall back
-    to torch.matmul). UserInputError when a planned study matches two studies (two GPUs'):
-    name them with --studies."""
+    planned study left out (its Ms fall back to torch.matmul): one with no correct timed
+    candidate, and, with ``vendor_floor``, one whose best candidate's paired ratio to the
+    vendor is below it (a serving stack is better off on cuBLAS there, as measured).
+    UserInputError when a planned study matches two studies (two GPUs'): name them with
+    --studies."""
     planned = plan_studies(workload.gemms, arch, None, kind)
     studies = [s for s in store.list_studies() if s.space == "gemm" and s.arch == arch]
     chosen, missing = [], []
@@ -303,31 +307,50 @@ def workload_studies(store: Store, workload: Workload, arch: str,
         if len(matches) > 1:
             raise UserInputError(f"{label}: studies {', '.join(s.name for s in matches)} all tune "
                                  f"{p.problem}; name the ones to export with --studies")
-        if not matches or not store.ranked(matches[0].name, limit=1):
-            missing.append(f"{label}: " + ("no study in this database" if not matches else
-                                           f"study {matches[0].name} has no correct timed "
-                                           "candidate") + "; its Ms fall back to torch.matmul")
+        best = store.ranked(matches[0].name, limit=1) if matches else []
+        why = ("no study in this database" if not matches else
+               f"study {matches[0].name} has no correct timed candidate" if not best else
+               _below_floor(best[0], vendor_floor))
+        if why:
+            missing.append(f"{label}: {why}; its Ms fall back to torch.matmul")
             continue
         if matches[0].name not in chosen:
             chosen.append(matches[0].name)
     return chosen, missing
 
 
-def workload_export_studies(path: Any, arch: str, db_url: str, console: Console) -> list[str]:
+def _below_floor(best: RankedCandidate, vendor_floor: float | None) -> str:
+    """Why the study's best candidate is left to the vendor ('' when it is not)."""
+    if vendor_floor is None:
+        return ""
+    ratio = best.standing.ratio if best.standing is not None else best.measurement.ratio
+    if ratio is None or ratio >= vendor_floor:
+        return ""
+    return (f"its best, {best.genome_hash[:12]}, reads {ratio:.3f}x {best.measurement.baseline_name}, "
+            f"below --vendor-floor {vendor_floor:g}")
+
+
+def workload_export_studies(path: Any, arch: str, db_url: str, console: Console,
+                            vendor_floor: float | None = None) -> list[str]:
     """``tsopt export --workload FILE``: the studies to export (:func:`workload_studies`), each
     planned study left out said in one line; UserInputError when none has a timed candidate."""
     from tsopt.app.workload import read_workload
     from tsopt.db.store import Store
 
+    if vendor_floor is not None and not (math.isfinite(vendor_floor) and vendor_floor > 0):
+        raise UserInputError(f"--vendor-floor {vendor_floor!r} must be a ratio above 0 "
+                             "(1.0: the vendor's speed)")
     workload = read_workload(path)
     store = Store(db_url)
     try:
-        chosen, missing = workload_studies(store, workload, arch)
+        chosen, missing = workload_studies(store, workload, arch, vendor_floor=vendor_floor)
     finally:
         store.close()
     for line in missing:
         console.print(f"left out: {line}", highlight=False, soft_wrap=True)
     if not chosen:
         raise UserInputError(f"workload {path}: none of its {len(missing)} studies has a correct "
-                             f"timed candidate in {db_url} to export")
+                             f"timed candidate in {db_url} to export"
+                             + (f" at or above --vendor-floor {vendor_floor:g}"
+                                if vendor_floor is not None else ""))
     return chosen
