@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On the GPU machine (torch only), from the repository root, in ONE call: a workload's bundles
+# measured by the runner (resuming what is measured), each bucket's best kernel packed
+# (best_artifacts.py), the layer timed against cuBLAS at every M (layer.py), and the dispatch
+# and host-cost checks (check_dispatch.py) on the same package. One call saves the machine
+# start a second would cost (1-3 min, and on 2026-12-05 nine starts were refused).
+#
+#   bash bench/llama_layer/device.sh .tsopt/llama/.tsopt/bundles [DEADLINE_S]
+#
+# DEADLINE_S (default 330): when the measuring stops starting bundles; what it leaves is listed
+# in gen.json, and the same command on a warm machine measures it (the runner resumes). The
+# layer gets 140 s, the dispatch check what is left of 570 s. OUT: where the results go.
+set -uo pipefail
+BUNDLES=${1:?bundles directory}
+DEADLINE=${2:-330}
+OUT=${OUT:?set OUT}
+nvidia-smi --query-gpu=name,serial --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 bench/regret/measure_bundles.py "$BUNDLES" --deadline "$DEADLINE" --reserve 25 \
+    --out "$OUT/gen.json" 2>&1 | tail -1
+rm -rf /tmp/llama-pkg
+python3 bench/llama_layer/best_artifacts.py "$BUNDLES" --package /tmp/llama-pkg --json "$OUT/picks.json"
+echo "packed at ${SECONDS} s"
+timeout 140 python3 -u bench/llama_layer/layer.py --package /tmp/llama-pkg --json "$OUT/layer.json" \
+    --passes 2 > "$OUT/layer.log" 2>&1
+echo "layer rc=$? at ${SECONDS} s"
+left=$((570 - SECONDS))
+if [ "$left" -gt 30 ]; then
+  timeout "$left" python3 -u bench/serving/check_dispatch.py --package /tmp/llama-pkg \
+      --json "$OUT/dispatch.json" > "$OUT/dispatch.log" 2>&1
+  echo "dispatch rc=$? at ${SECONDS} s"
+fi
+grep -E "^bucket|^MLP" "$OUT/layer.log"
+tail -3 "$OUT/dispatch.log" 2>/dev/null
