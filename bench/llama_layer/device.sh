@@ -3,7 +3,7 @@
 # measured by the runner (resuming what is measured), each bucket's best kernel packed
 # (best_artifacts.py), the layer timed against cuBLAS at every M (layer.py), and the dispatch
 # and host-cost checks (check_dispatch.py) on the same package. One call saves the machine
-# start a second would cost (1-3 min, and on 2026-12-05 nine starts were refused).
+# start a second would cost (1-3 min; on 2026-12-05 eight calls were refused first).
 #
 #   bash bench/llama_layer/device.sh .tsopt/llama/.tsopt/bundles [DEADLINE_S]
 #
