@@ -214,18 +214,25 @@ def rejections(session: Session, study: StudyRow) -> list[Rejection]:
                                          -g.count, g.rule))
 
 
-def ranked(session: Session, study: StudyRow, limit: int | None = None) -> list[RankedCandidate]:
+def _timed(study: StudyRow) -> tuple[ColumnElement[bool], ...]:
+    """A study's correct, timed measurements: what a ranking reads."""
+    return (CandidateRow.study_id == study.id, MeasurementRow.status == "ok",
+            MeasurementRow.median_us.is_not(None))
+
+
+def ranked(session: Session, study: StudyRow, limit: int | None = None,
+           device: str | None = None) -> list[RankedCandidate]:
     """Correct, timed candidates, best first by their paired ratio (tsopt.core.standing): the
     median over a candidate's measurements, with the envelope of their intervals; unpaired
-    records after them by time; ties broken by genome hash."""
-    rows = session.execute(
-        select(CandidateRow, MeasurementRow, BuildRow)
-        .join(MeasurementRow, MeasurementRow.candidate_id == CandidateRow.id)
-        .outerjoin(BuildRow, BuildRow.id == CandidateRow.build_id)
-        .where(CandidateRow.study_id == study.id, MeasurementRow.status == "ok",
-               MeasurementRow.median_us.is_not(None))
-        .order_by(CandidateRow.id, MeasurementRow.id)
-    ).all()
+    records after them by time; ties broken by genome hash. ``device``: only the measurements
+    made on that GPU (its name as the runner recorded it)."""
+    query = (select(CandidateRow, MeasurementRow, BuildRow)
+             .join(MeasurementRow, MeasurementRow.candidate_id == CandidateRow.id)
+             .outerjoin(BuildRow, BuildRow.id == CandidateRow.build_id)
+             .where(*_timed(study)))
+    if device is not None:
+        query = query.where(MeasurementRow.device == device)
+    rows = session.execute(query.order_by(CandidateRow.id, MeasurementRow.id)).all()
     problem_key = study.problem_key
     grouped: dict[int, list[tuple[CandidateRow, MeasurementRow, BuildRow | None]]] = {}
     for cand, meas, build in rows:
@@ -260,6 +267,17 @@ def ranked(session: Session, study: StudyRow, limit: int | None = None) -> list[
             standing=stand,
         ))
     return result
+
+
+def measured_devices(session: Session, study: StudyRow) -> dict[str, int]:
+    """The GPUs a study's correct, timed measurements were made on, and how many on each."""
+    rows = session.execute(
+        select(MeasurementRow.device, func.count(MeasurementRow.id))
+        .join(CandidateRow, CandidateRow.id == MeasurementRow.candidate_id)
+        .where(*_timed(study))
+        .group_by(MeasurementRow.device)
+    ).all()
+    return {device: int(n) for device, n in sorted(rows)}
 
 
 def measured_hashes(session: Session, study: StudyRow) -> set[str]:

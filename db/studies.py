@@ -121,10 +121,17 @@ class StudyRecords(Database):
         with self._reading() as session:
             return queries.rejections(session, self._study_row(session, study))
 
-    def ranked(self, study: str, limit: int | None = None) -> list[RankedCandidate]:
-        """Correct, timed candidates, fastest first (best measurement each, ties by hash)."""
+    def ranked(self, study: str, limit: int | None = None,
+               device: str | None = None) -> list[RankedCandidate]:
+        """Correct, timed candidates, fastest first (best measurement each, ties by hash);
+        ``device``: ranked on that GPU's measurements alone."""
         with self._reading() as session:
-            return queries.ranked(session, self._study_row(session, study), limit)
+            return queries.ranked(session, self._study_row(session, study), limit, device)
+
+    def measured_devices(self, study: str) -> dict[str, int]:
+        """GPU name -> the study's correct, timed measurements made on it."""
+        with self._reading() as session:
+            return queries.measured_devices(session, self._study_row(session, study))
 
     def measured_hashes(self, study: str) -> set[str]:
         with self._reading() as session:

@@ -431,6 +431,17 @@ def heldout_verdict(passes: Sequence[float], machines: int) -> str:
     return f"{where} in every pass; one machine, so no claim"
 
 
+def _found_after(problem: dict[str, Any], winner: dict[str, Any]) -> str:
+    """When a held-out winner was found: a GPU-less round, or a GPU study's budget."""
+    if winner["round"] is not None:
+        return f"after round {winner['round']} (16 built a round)"
+    study = next((s for s in problem.get("studies", []) if s.get("seed") == winner["seed"]), {})
+    argv = str(study.get("command", "")).split()
+    workers = argv[argv.index("--workers") + 1] if "--workers" in argv[:-1] else "?"
+    return (f"a {study.get('budget', '?')} study on the GPU ({workers} build processes, "
+            "measured inline)")
+
+
 def fig_heldout_regret(_: Sequence[CorpusRecord]) -> str:
     """The held-out problems' rows: each seed's winner of a default GPU-less tune after its last
     measured round, beside the oracle's picks in the same passes (bench/regret/regret.json,
@@ -456,8 +467,8 @@ def fig_heldout_regret(_: Sequence[CorpusRecord]) -> str:
             lines.append(
                 f"| {problem['name']} `{problem['problem'].removeprefix('gemm:')}` "
                 f"| `{w['genome_hash'][:12]}` "
-                f"| `tsopt tune gemm` {w['protocol']}, seed {seed}, after round {w['round']} "
-                f"(16 built a round) | {library.get(problem['library'], problem['library'])} "
+                f"| `tsopt tune gemm` {w['protocol']}, seed {seed}, {_found_after(problem, w)} "
+                f"| {library.get(problem['library'], problem['library'])} "
                 f"| held-out | graph | {len(passes)} | {calls} "
                 f"({', '.join(problem['device'])}) | {statistics.median(passes):.3f}× "
                 f"| {_span(passes, '{:.3f}').replace('-', '–')}× "

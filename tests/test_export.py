@@ -386,3 +386,47 @@ def test_the_cli_refuses_with_one_line_and_exit_code_2(store_with_winner: tuple[
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "no correct timed candidate" in lines[0]
+
+
+def test_a_study_measured_on_two_gpus_is_ranked_on_the_one_named(
+        store_with_winner: tuple[Store, Path]) -> None:
+    # The same two genomes measured on two cards, each card preferring a different one: the
+    # export refuses to pool them, and --measured-on ranks on that card's measurements alone.
+    store, root = store_with_winner
+    genome_a, on_h200, problem = _measured("d4032827a38d")
+    genome_b, _, _ = _measured("6b3dc6745318", EVIDENCE_16K)
+    study = "two-cards"
+    store.create_or_get_study(study, "copy", problem, "sm_90a", "tpe", {})
+    pipeline = CandidatePipeline(store, get_space("copy"), problem, "sm_90a", study,
+                                 root / "artifacts")
+    ids = {}
+    for genome in (genome_a, genome_b):
+        ids[genome.hash] = store.add_candidate(study, genome, "suggest")
+        assert pipeline.verify(ids[genome.hash], genome).valid
+        assert pipeline.build(ids[genome.hash], genome).ok
+    h100 = "NVIDIA H100 80GB HBM3"
+
+    def measured(genome: Genome, device: str, ratio: float) -> Measurement:
+        return Measurement.from_dict({**on_h200.to_dict(), "genome_hash": genome.hash,
+                                      "device": device, "ratio": ratio,
+                                      "ratio_lo": ratio, "ratio_hi": ratio})
+
+    for genome, device, ratio, run in ((genome_a, "NVIDIA H200", 1.05, "h200"),
+                                       (genome_b, "NVIDIA H200", 0.95, "h200"),
+                                       (genome_a, h100, 0.90, "h100"),
+                                       (genome_b, h100, 1.10, "h100")):
+        assert store.record_measurement(ids[genome.hash], measured(genome, device, ratio), run)
+    assert store.measured_devices(study) == {h100: 2, "NVIDIA H200": 2}
+    with pytest.raises(UserInputError, match=r"measured on 2 GPUs \(NVIDIA H100 80GB HBM3: 2, "
+                                             r"NVIDIA H200: 2\).*pass --measured-on"):
+        export_studies(store, [study], root / "pooled")
+    assert not (root / "pooled").exists()
+    with pytest.raises(UserInputError, match=r"--measured-on 'NVIDIA B200': study 'two-cards' "
+                                             r"has no correct timed measurement on that GPU"):
+        export_studies(store, [study], root / "b200", measured_on="NVIDIA B200")
+    for device, winner, ratio in (("NVIDIA H200", genome_a, 1.05), (h100, genome_b, 1.10)):
+        out = root / f"on-{device.split()[1]}"
+        result = export_studies(store, [study], out, measured_on=device)
+        assert result.genome_hash == winner.hash
+        measured_doc = json.loads((out / "manifest.json").read_text())["measured"]
+        assert measured_doc["device"] == device and measured_doc["ratio"] == ratio

@@ -204,6 +204,7 @@ def test_a_workload_exports_as_one_package_that_says_which_kernel_serves_which_m
     M=64), each given the seed library's kernel of its shape, verified and built here, with the
     measurement an H200 study recorded of it; then `tsopt export --workload` and the package's
     routing table, loaded with torch and the package alone."""
+    from tsopt.core.records import Measurement
     from tsopt.core.registry import get_space
     from tsopt.db.store import Store
     from tsopt.search.pipeline import CandidatePipeline
@@ -278,3 +279,26 @@ def test_a_workload_exports_as_one_package_that_says_which_kernel_serves_which_m
                     "--vendor-floor", "nan", cwd=tmp_path)
     assert refused.returncode == 2 and "--vendor-floor nan must be a ratio above 0" in refused.stderr
     assert not (tmp_path / "pkg3").exists()
+
+    # The M=64 kernel measured again on another card: the export no longer ranks across the
+    # two (one line, exit 2); --measured-on ranks each study on that card alone, and a study
+    # never measured on it falls back to torch.matmul, said in one line.
+    h100 = "NVIDIA H100 80GB HBM3"
+    genome, measurement = _archived(64, tmp_path)
+    with Store(f"sqlite:///{tmp_path / 'w.db'}") as store:
+        again = {**measurement.to_dict(), "device": h100}  # type: ignore[attr-defined]
+        assert store.record_measurement(store.candidate_id(studies[64], genome.hash),  # type: ignore[arg-type, attr-defined]
+                                        Measurement.from_dict(again), "h100-again")
+    pooled = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg4",
+                   cwd=tmp_path)
+    lines = [line for line in pooled.stderr.splitlines() if line.strip()]
+    assert pooled.returncode == 2 and len(lines) == 1, pooled.stdout + pooled.stderr
+    assert f"{studies[64]}' was measured on 2 GPUs" in lines[0] and "--measured-on" in lines[0]
+    assert not (tmp_path / "pkg4").exists()
+    on_h100 = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg5",
+                    "--measured-on", h100, cwd=tmp_path)
+    assert on_h100.returncode == 0, on_h100.stdout + on_h100.stderr
+    said = " ".join(on_h100.stdout.split())
+    assert f"{studies[16]} has no correct timed candidate measured on {h100}" in said, said
+    kernels = json.loads((tmp_path / "pkg5" / "manifest.json").read_text())["kernels"]
+    assert [(k["name"], k["device"]) for k in kernels] == [("gemm_bf16_64x4096x4096", h100)]

@@ -331,6 +331,11 @@ def export(
                                        "torch.matmul when its best kernel's paired ratio to the "
                                        "vendor is below this (1.0: slower than cuBLAS as measured; "
                                        "default: export every study with a timed kernel)."),
+    measured_on: str = typer.Option(None, help="Rank on the measurements made on this GPU "
+                                    "alone (its name as measured, e.g. 'NVIDIA H200'): the card "
+                                    "the package will run on. Needed for a study measured on "
+                                    "several GPUs; with --workload, a study never measured on it "
+                                    "falls back to torch.matmul."),
     rank: int = typer.Option(1, help="1 = best correct timed candidate, 2 = runner-up, ..."),
     force: bool = typer.Option(False, help="Replace an earlier export in --out: only the files "
                                "its manifest lists (other files are kept)."),
@@ -344,11 +349,13 @@ def export(
             from tsopt.app.serving_tune import workload_export_studies
 
             names += [n for n in workload_export_studies(workload, arch, db, console,
-                                                         vendor_floor=vendor_floor)
+                                                         vendor_floor=vendor_floor,
+                                                         measured_on=measured_on)
                       if n not in names]
         elif vendor_floor is not None:
             raise UserInputError(f"--vendor-floor {vendor_floor:g} applies to --workload only")
-        code = export_command(studies=names, out=out, rank=rank, force=force, db_url=db, console=console)
+        code = export_command(studies=names, out=out, rank=rank, force=force, db_url=db,
+                              console=console, measured_on=measured_on)
     raise typer.Exit(code)
 
 

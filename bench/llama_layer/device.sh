@@ -5,18 +5,21 @@
 # and host-cost checks (check_dispatch.py) on the same package. One call saves the machine
 # start a second would cost (1-3 min; on 2026-12-05 eight calls were refused first).
 #
-#   bash bench/llama_layer/device.sh .tsopt/llama/.tsopt/bundles [DEADLINE_S]
+#   bash bench/llama_layer/device.sh .tsopt/llama/.tsopt/bundles [DEADLINE_S] [MEASURE_ARG...]
 #
 # DEADLINE_S (default 330): when the measuring stops starting bundles; what it leaves is listed
 # in gen.json, and the same command on a warm machine measures it (the runner resumes). The
 # layer gets 140 s, the dispatch check what is left of 570 s. OUT: where the results go.
+# MEASURE_ARG...: passed to measure_bundles.py, e.g. --first "*-65-128x*" to measure the buckets
+# that missed before the others.
 set -uo pipefail
 BUNDLES=${1:?bundles directory}
 DEADLINE=${2:-330}
+shift $(( $# > 1 ? 2 : 1 ))
 OUT=${OUT:?set OUT}
 nvidia-smi --query-gpu=name,serial --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 bench/regret/measure_bundles.py "$BUNDLES" --deadline "$DEADLINE" --reserve 25 \
-    --out "$OUT/gen.json" 2>&1 | tail -1
+    --out "$OUT/gen.json" "$@" 2>&1 | tail -1
 rm -rf /tmp/llama-pkg
 python3 bench/llama_layer/best_artifacts.py "$BUNDLES" --package /tmp/llama-pkg --json "$OUT/picks.json"
 echo "packed at ${SECONDS} s"

@@ -60,6 +60,12 @@ def measure_into(doc: dict, bundle: Path, folder: str, rel: str, left: float, ou
     save(doc, out, start)
 
 
+def first_rank(rel: str, globs: list[str]) -> int:
+    """Where a bundle goes in the order: the index of the first ``--first`` glob it matches,
+    len(globs) if none (a stable sort keeps the rest in path order)."""
+    return next((i for i, g in enumerate(globs) if fnmatch.fnmatch(rel, g)), len(globs))
+
+
 def save(doc: dict, out: Path, start: float) -> None:
     doc["wall_s"] = round(time.time() - start, 1)
     out.write_text(json.dumps(doc, sort_keys=True) + "\n")
@@ -77,11 +83,17 @@ def main() -> int:
     parser.add_argument("--only", action="append", default=[],
                         help="measure only bundles whose path under its folder matches this "
                              "glob (repeatable), e.g. 's1-*' or 'decode-*'")
+    parser.add_argument("--first", action="append", default=[],
+                        help="measure bundles whose path matches this glob before the rest, "
+                             "in the order the globs are given (repeatable), so a deadline "
+                             "leaves the others: e.g. the buckets that missed")
     args = parser.parse_args()
     start = time.time()
     todo = [(folder, b) for folder in args.folders for b in bundles_under(folder)
             if not args.only or any(fnmatch.fnmatch(b.relative_to(folder).as_posix(), g)
                                     for g in args.only)]
+    todo = sorted(todo, key=lambda fb: first_rank(fb[1].relative_to(fb[0]).as_posix(),
+                                                  args.first))
     if not todo:
         print(f"error: no bundle (manifest.json) under {' '.join(map(str, args.folders))}",
               file=sys.stderr)

@@ -188,6 +188,24 @@ def _pair(problem: Mapping[str, Any], protocol: Any, rnd: Any, a: Mapping[str, A
             "order_flips": False if same else flips}
 
 
+BULKY = ("trajectory", "log_tail")
+"""A study's parts left in the device's raw document (evidence/regret.tar.xz), out of the
+committed summary: every measurement's time and the log, ~100 KB a study."""
+
+
+def study_summary(study: Mapping[str, Any]) -> dict[str, Any]:
+    """A study of a ``gpu-inline`` document, less its bulky parts; with when its best was
+    first measured (seconds from the run's start) and how many measurements it had by then."""
+    kept = {k: v for k, v in study.items() if k not in BULKY}
+    trajectory = study.get("trajectory") or []
+    if trajectory:
+        best = max(t["best"] for t in trajectory)
+        first = next(i for i, t in enumerate(trajectory) if t["best"] >= best)
+        kept.update(best_at_s=trajectory[first]["t"], best_after_measurements=first + 1,
+                    study_best=best)
+    return kept
+
+
 def summarise_documents(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Every problem of every document, its winners' regrets, the goals and the seed pairs."""
     problems = []
@@ -199,7 +217,7 @@ def summarise_documents(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             row.update(protocol=doc.get("protocol"), library=doc.get("library"),
                        host=doc.get("host"), device=_device(entry), started=doc.get("started"),
                        synthetic=bool(doc.get("synthetic")), source=doc.get("_source"),
-                       studies=entry.get("studies", []))
+                       studies=[study_summary(s) for s in entry.get("studies", [])])
             for w in row["winners"]:
                 w["meets_goal"], w["goal"], w["vendor_ok"] = meets(w), goal_for(w), vendor_holds(w)
             row["seed_pairs"] = seed_pairs(row)

@@ -156,14 +156,40 @@ class _Chosen:
         return self.info.problem.key.replace("-", "_")
 
 
-def _choose(store: Store, study: str, rank: int) -> tuple[StudyInfo, RankedCandidate, CandidateInfo]:
+def devices_text(devices: dict[str, int]) -> str:
+    return ", ".join(f"{d or 'unnamed'}: {n}" for d, n in devices.items()) or "none"
+
+
+def ranking_device(store: Store, study: str, measured_on: str | None) -> str | None:
+    """The GPU whose measurements rank ``study``: ``measured_on``, which must have measured it;
+    else the one GPU that did. A study measured on several is refused: a kernel fastest on one
+    card can lose on another (an H100's picks of the Llama layer met the bar in 11 of 16
+    buckets there and in 5 on an H200, bench/llama_layer), so pooling them picks for neither."""
+    devices = store.measured_devices(study)
+    if measured_on is not None:
+        if measured_on not in devices:
+            raise UserInputError(
+                f"--measured-on {measured_on!r}: study {study!r} has no correct timed "
+                f"measurement on that GPU (measured on: {devices_text(devices)})")
+        return measured_on
+    if len(devices) > 1:
+        raise UserInputError(
+            f"study {study!r} was measured on {len(devices)} GPUs ({devices_text(devices)}): "
+            "a kernel fastest on one can lose on another, so the export does not rank across "
+            "them; pass --measured-on with the GPU it will run on, e.g. "
+            f"--measured-on {next(iter(devices))!r}")
+    return None
+
+
+def _choose(store: Store, study: str, rank: int,
+            measured_on: str | None = None) -> tuple[StudyInfo, RankedCandidate, CandidateInfo]:
     info = store.get_study(study)
     if info is None:
         known = ", ".join(s.name for s in store.list_studies()) or "none"
         raise UserInputError(f"no study named {study!r} in this database (studies: {known})")
     if rank < 1:
         raise UserInputError(f"--rank {rank} must be 1 (the best) or more")
-    ranked = store.ranked(study)
+    ranked = store.ranked(study, device=ranking_device(store, study, measured_on))
     if not ranked:
         candidates = store.candidates(study)
         statuses: dict[str, int] = {}
@@ -334,7 +360,8 @@ def _check_current(space: SearchSpace, candidate: CandidateInfo, info: StudyInfo
         )
 
 
-def _choose_all(store: Store, studies: Sequence[str], rank: int) -> list[_Chosen]:
+def _choose_all(store: Store, studies: Sequence[str], rank: int,
+                measured_on: str | None = None) -> list[_Chosen]:
     """Each study's candidate of rank ``rank``, checked to be exportable, one per problem."""
     from tsopt.core.dsl_env import ensure_arch
     from tsopt.core.registry import get_space
@@ -344,7 +371,7 @@ def _choose_all(store: Store, studies: Sequence[str], rank: int) -> list[_Chosen
     repeated = sorted({s for s in studies if list(studies).count(s) > 1})
     if repeated:
         raise UserInputError(f"study {repeated[0]!r} is named twice")
-    picked = [_choose(store, study, rank) for study in studies]
+    picked = [_choose(store, study, rank, measured_on) for study in studies]
     archs = sorted({info.arch for info, _, _ in picked})
     if len(archs) > 1:
         raise UserInputError(f"the studies target different archs ({', '.join(archs)}): a package "
@@ -480,16 +507,17 @@ def _write_package(chosen: Sequence[_Chosen], top: Path) -> list[ExportedKernel]
 
 
 def export_studies(store: Store, studies: Sequence[str], out: Path, rank: int = 1,
-                   force: bool = False) -> ExportResult:
+                   force: bool = False, measured_on: str | None = None) -> ExportResult:
     """Export each study's candidate of rank ``rank`` (1 = fastest) into ``out``: one study as
-    one export directory, several as a package. Refuses (UserInputError) before writing
-    anything: see :mod:`tsopt.app.export_target` for where it writes."""
+    one export directory, several as a package; ranked on ``measured_on``'s measurements
+    (:func:`ranking_device`). Refuses (UserInputError) before writing anything: see
+    :mod:`tsopt.app.export_target` for where it writes."""
     from tsopt.db.engine import parse_url, sqlite_path
 
     out = Path(out)
     check_not_protected(out, protected_paths(sqlite_path(parse_url(store.url))))
     check_replaceable(out, force)
-    chosen = _choose_all(store, studies, rank)
+    chosen = _choose_all(store, studies, rank, measured_on)
     staged = staging_dir(out)
     try:
         if len(chosen) == 1:
@@ -519,12 +547,12 @@ def study_list(study: str | None, repeated: Sequence[str], listed: str | None) -
 
 
 def export_command(studies: Sequence[str], out: Path, rank: int, force: bool, db_url: str,
-                   console: Console) -> int:
+                   console: Console, measured_on: str | None = None) -> int:
     from tsopt.db.store import Store
 
     store = Store(db_url)
     try:
-        result = export_studies(store, studies, out, rank, force)
+        result = export_studies(store, studies, out, rank, force, measured_on)
     finally:
         store.close()
     for kernel in result.kernels:

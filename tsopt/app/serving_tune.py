@@ -291,13 +291,17 @@ def _serves(config: dict[str, Any], planned: PlannedStudy) -> bool:
 
 
 def workload_studies(store: Store, workload: Workload, arch: str, kind: str | None = None,
-                     vendor_floor: float | None = None) -> tuple[list[str], list[str]]:
+                     vendor_floor: float | None = None,
+                     measured_on: str | None = None) -> tuple[list[str], list[str]]:
     """The studies of ``store`` that tune ``workload`` (for ``arch``), and a line for each
     planned study left out (its Ms fall back to torch.matmul): one with no correct timed
-    candidate, and, with ``vendor_floor``, one whose best candidate's paired ratio to the
-    vendor is below it (a serving stack is better off on cuBLAS there, as measured).
-    UserInputError when a planned study matches two studies (two GPUs'): name them with
-    --studies."""
+    candidate (on ``measured_on``, when named), and, with ``vendor_floor``, one whose best
+    candidate's paired ratio to the vendor is below it (a serving stack is better off on
+    cuBLAS there, as measured). UserInputError when a planned study matches two studies (two
+    GPUs'): name them with --studies; and when one was measured on several GPUs and
+    ``measured_on`` names none (:func:`tsopt.app.export.ranking_device`)."""
+    from tsopt.app.export import ranking_device
+
     planned = plan_studies(workload.gemms, arch, None, kind)
     studies = [s for s in store.list_studies() if s.space == "gemm" and s.arch == arch]
     chosen, missing = [], []
@@ -307,8 +311,14 @@ def workload_studies(store: Store, workload: Workload, arch: str, kind: str | No
         if len(matches) > 1:
             raise UserInputError(f"{label}: studies {', '.join(s.name for s in matches)} all tune "
                                  f"{p.problem}; name the ones to export with --studies")
-        best = store.ranked(matches[0].name, limit=1) if matches else []
+        unmeasured = bool(matches) and measured_on is not None and \
+            measured_on not in store.measured_devices(matches[0].name)
+        best = (store.ranked(matches[0].name, limit=1,
+                             device=ranking_device(store, matches[0].name, measured_on))
+                if matches and not unmeasured else [])
         why = ("no study in this database" if not matches else
+               f"study {matches[0].name} has no correct timed candidate measured on "
+               f"{measured_on}" if unmeasured else
                f"study {matches[0].name} has no correct timed candidate" if not best else
                _below_floor(best[0], vendor_floor))
         if why:
@@ -331,7 +341,8 @@ def _below_floor(best: RankedCandidate, vendor_floor: float | None) -> str:
 
 
 def workload_export_studies(path: Any, arch: str, db_url: str, console: Console,
-                            vendor_floor: float | None = None) -> list[str]:
+                            vendor_floor: float | None = None,
+                            measured_on: str | None = None) -> list[str]:
     """``tsopt export --workload FILE``: the studies to export (:func:`workload_studies`), each
     planned study left out said in one line; UserInputError when none has a timed candidate."""
     from tsopt.app.workload import read_workload
@@ -343,7 +354,8 @@ def workload_export_studies(path: Any, arch: str, db_url: str, console: Console,
     workload = read_workload(path)
     store = Store(db_url)
     try:
-        chosen, missing = workload_studies(store, workload, arch, vendor_floor=vendor_floor)
+        chosen, missing = workload_studies(store, workload, arch, vendor_floor=vendor_floor,
+                                           measured_on=measured_on)
     finally:
         store.close()
     for line in missing:
