@@ -61,15 +61,16 @@ def _copy_genomes() -> list:
             space.genome(stages=2, box_rows=8, box_cols=256, chunk=1, vector=8)]
 
 
-def _measurement(genome_hash: str, ratio: float | None, status: str = "ok") -> Measurement:
+def _measurement(genome_hash: str, ratio: float | None, status: str = "ok",
+                 launch: str = "isolated") -> Measurement:
     if status != "ok":
         return Measurement(genome_hash, COPY.key, status, error="SYNTHETIC wrong result",  # type: ignore[arg-type]
-                           device=SYNTHETIC)
+                           device=SYNTHETIC, launch=launch)
     assert ratio is not None
     return Measurement(genome_hash, COPY.key, "ok", median_us=20.0 / ratio, ratio=ratio,
                        ratio_lo=ratio - 0.01, ratio_hi=ratio + 0.01, rounds=8,
                        baseline_name="SYNTHETIC", baseline_median_us=20.0, device=SYNTHETIC,
-                       driver="SYNTHETIC")
+                       driver="SYNTHETIC", launch=launch)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,7 @@ def evidence(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "format": "tsopt-bundle-results", "run_id": "bundle-run", "device": SYNTHETIC,
         "driver": "SYNTHETIC", "updated_at": "2026-12-01T00:00:00+00:00",
         "environment": {"device": SYNTHETIC, "sm_count": 132},
-        "measurements": [_measurement(third.hash, 1.01).to_dict()]}))
+        "measurements": [_measurement(third.hash, 1.01, launch="graph").to_dict()]}))
 
     results = folder / "sweep.json"
     results.write_text(json.dumps({"measured_at": "2026-12-02T00:00:00Z", "results": [
@@ -127,7 +128,9 @@ def test_every_measurement_becomes_one_record_saying_where_it_came_from(
     assert all(r.study == "synthetic" and r.study_status == "finished"
                and r.database == "study.db" and r.source == "studies.db.tar.xz" for r in db)
     assert db[3].ratio is None and db[3].error == "SYNTHETIC wrong result" and not db[3].ok
-    assert all(r.launch == LAUNCH_ISOLATED and r.problem == COPY for r in records)
+    assert all(r.problem == COPY for r in records)
+    # each record in the launch mode its measurement says: the bundle's was timed in graphs
+    assert [r.launch for r in records] == [LAUNCH_ISOLATED] * 5 + ["graph"]
     assert db[0].ratio_lo == pytest.approx(1.03) and db[0].rounds == 8 and db[0].paired
     bundle = records[5]
     # Named by hash only; the manifest beside it gives the genome.
@@ -199,8 +202,8 @@ def test_a_corpus_that_is_not_one_is_refused_in_one_line(tmp_path: Path) -> None
         stream.write('{"space": "copy"}\n')
     with pytest.raises(UserInputError, match=rf"{MEASUREMENTS_FILE}: line 1: "):
         load_corpus(tmp_path)
-    with pytest.raises(ValueError, match="unknown launch mode 'graph'"):
-        CorpusRecord.from_dict({**read_records_fixture(), "launch": "graph"})
+    with pytest.raises(ValueError, match="unknown launch mode 'graphs'"):
+        CorpusRecord.from_dict({**read_records_fixture(), "launch": "graphs"})
     result = CliRunner().invoke(app, ["corpus", "products", "--corpus", str(tmp_path / "none")])
     assert result.exit_code == 2
     assert "manifest.json: not readable JSON" in result.output
@@ -212,18 +215,22 @@ def read_records_fixture() -> dict:
     return record.to_dict()
 
 
-def test_the_committed_corpus_holds_every_committed_measurement_as_isolated() -> None:
+def test_the_committed_corpus_holds_every_committed_measurement_in_its_launch_mode() -> None:
     records, searches = load_corpus(ROOT / "corpus")
     assert len(records) >= 12000 and len(searches) >= 900
-    # Nothing committed was timed in a CUDA graph: the runner's isolated launches, and the
-    # headline rounds of bench/gemm_h200 (7) and bench/search_efficiency_h200 (75), back to
-    # back.
-    assert {r.launch for r in records} == {"isolated", "back-to-back-rounds"}
+    # The runner's isolated launches; the headline rounds of bench/gemm_h200 (7) and
+    # bench/search_efficiency_h200 (75), back to back; and in CUDA graphs, the Llama layer's
+    # runtime-M studies alone (an H100's runs and an H200's).
+    assert {r.launch for r in records} == {"isolated", "back-to-back-rounds", "graph"}
     assert sum(r.launch == "back-to-back-rounds" for r in records) == 82
+    graphed = [r for r in records if r.launch == "graph"]
+    assert graphed and {r.experiment.rsplit("/", 1)[-1] for r in graphed} == {"llama_layer"}
+    assert all(r.problem.m_range is not None for r in graphed)
     sources = set(json.loads((ROOT / "corpus" / "manifest.json").read_text())["sources"])
     assert {r.source for r in records} <= sources
     assert all(source.startswith("bench/") for source in sources)
-    assert {r.device for r in records if r.ok} == {"NVIDIA H200"}
+    assert {r.device for r in records if r.ok and r.launch != "graph"} == {"NVIDIA H200"}
+    assert {r.device for r in graphed if r.ok} == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
 
 
 def test_the_shipped_library_memo_and_model_are_made_from_the_corpus(tmp_path: Path) -> None:

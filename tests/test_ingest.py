@@ -311,3 +311,34 @@ def test_a_run_resumed_after_ingest_shows_the_study_best_before_it(
                                       f"({genomes[0].hash[:12]})")
     stats.offer_best(20.0, 1.05, "0" * 64, 6, "torch.copy_")
     assert stats.best_line() == "best: 20.00 µs, 1.050x torch.copy_ (000000000000, trial 6)"
+
+
+def test_results_from_another_gpu_are_recorded_with_a_note(
+    tmp_path: Path, bundle: tuple[Path, list[Genome]],
+) -> None:
+    # The same bundle measured again on another card (a new run): recorded beside the first
+    # card's figures, with a note saying the study now spans two GPUs.
+    path, genomes = bundle
+    store, _ = prepared_store(f"sqlite:///{tmp_path / 'tsopt.db'}", genomes, tmp_path)
+    manifest = read_manifest(path)
+    first = read_results(path, manifest)
+    assert first is not None
+    assert ingest_results(store, manifest, first).notes == []
+    other = BundleResults(
+        bundle_id=manifest.bundle_id, run_id=str(uuid.uuid4()), device="another device",
+        baselines=first.baselines,
+        measurements=[Measurement.from_dict({**m.to_dict(), "device": "another device"})
+                      for m in first.measurements],
+        measured_files=first.measured_files)
+    report = ingest_results(store, manifest, other)
+    assert report.measurements_new == 4
+    assert store.measured_devices(STUDY) == {"another device": 3, "simulated device": 3}
+    assert len(report.notes) == 1 and report.notes[0].startswith(
+        f"study {STUDY!r} was measured on simulated device before; this run was measured on "
+        "another device.")
+    # the same card again says nothing
+    again = BundleResults(bundle_id=manifest.bundle_id, run_id=str(uuid.uuid4()),
+                          device="another device", baselines=other.baselines,
+                          measurements=other.measurements, measured_files=other.measured_files)
+    assert ingest_results(store, manifest, again).notes == []
+    store.close()

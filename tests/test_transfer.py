@@ -86,22 +86,26 @@ def test_shape_tables_take_each_genomes_median_over_its_passes() -> None:
     genome = {"structure": {"cluster": "1x1"}, "numeric": {"tile_m": 128, "tile_n": 128,
                                                            "tile_k": 64}}
 
-    def record(ratio: float, genome_hash: str, paired: bool = True) -> CorpusRecord:
+    def record(ratio: float, genome_hash: str, paired: bool = True, device: str = "SYNTHETIC",
+               launch: str = LAUNCH_ISOLATED) -> CorpusRecord:
         return CorpusRecord(
             space="gemm", problem=problem, arch="sm_90a", genome_hash=genome_hash,
             genome=genome, status="ok", ratio=ratio, ratio_lo=ratio - 0.01 if paired else None,
             ratio_hi=ratio + 0.01 if paired else None, rounds=8, paired=paired,
             median_us=1.0, baseline_median_us=1.0, baseline_name="SYNTHETIC",
-            device="SYNTHETIC", driver="", launch=LAUNCH_ISOLATED, measured_at=None,
+            device=device, driver="", launch=launch, measured_at=None,
             pass_id="p", machine="SYNTHETIC", experiment="x", source="x", kind="bundle-results",
             order=0)
 
+    # another card's and another launch mode's figures are left out: they rank differently
     records = [record(0.9, "a"), record(1.0, "a"), record(1.2, "a"), record(0.5, "b"),
-               record(2.0, "b", paired=False)]
-    (table,) = shape_tables(records, min_genomes=2)
+               record(2.0, "b", paired=False), record(3.0, "b", device="ANOTHER SYNTHETIC"),
+               record(3.0, "b", launch="graph")]
+    (table,) = shape_tables(records, min_genomes=2, gpu="SYNTHETIC")
     assert table.ratios == [1.0, 0.5] and table.genes[0] == {"cluster": "1x1", "tile_m": 128,
                                                              "tile_n": 128, "tile_k": 64}
-    assert shape_tables(records, min_genomes=3) == []
+    assert shape_tables(records, min_genomes=3, gpu="SYNTHETIC") == []
+    assert shape_tables(records, min_genomes=1) == []  # none on the model's card
 
 
 def test_a_cost_model_with_a_prior_ranks_by_it_then_fits_its_line_over_it() -> None:

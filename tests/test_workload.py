@@ -197,6 +197,55 @@ def _archived(m: int, scratch: Path) -> tuple[object, object]:
     return Genome.from_dict(entry["genome"]), Measurement.from_dict(entry["measurement"])
 
 
+def _vendor_floor_leaves_the_slower_to_torch(tmp_path: Path, studies: dict[int, str]) -> None:
+    """--vendor-floor between the two kernels' recorded ratios: the slower one is left to
+    torch.matmul, said in one line naming its ratio; the other is exported as before."""
+    ratios = {m: _archived(m, tmp_path)[1].ratio for m in studies}  # type: ignore[attr-defined]
+    low, high = sorted(ratios, key=lambda m: ratios[m])
+    assert ratios[low] < ratios[high], ratios
+    floor = (ratios[low] + ratios[high]) / 2
+    floored = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg2",
+                    "--vendor-floor", f"{floor:.6f}", cwd=tmp_path)
+    assert floored.returncode == 0, floored.stdout + floored.stderr
+    said = " ".join(floored.stdout.split())
+    assert f"reads {ratios[low]:.3f}x" in said and f"below --vendor-floor {floor:.6g}" in said, said
+    assert said.count("its Ms fall back to torch.matmul") == 1, said
+    names = [k["name"] for k in json.loads((tmp_path / "pkg2" / "manifest.json").read_text())["kernels"]]
+    assert names == [f"gemm_bf16_{high}x4096x4096"]
+    refused = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg3",
+                    "--vendor-floor", "nan", cwd=tmp_path)
+    assert refused.returncode == 2 and "--vendor-floor nan must be a ratio above 0" in refused.stderr
+    assert not (tmp_path / "pkg3").exists()
+
+
+def _measured_again_on_another_card(tmp_path: Path, studies: dict[int, str]) -> None:
+    """The M=64 kernel measured again on another card: the export no longer ranks across the
+    two (one line, exit 2); --measured-on ranks each study on that card alone, and a study
+    never measured on it falls back to torch.matmul, said in one line."""
+    from tsopt.core.records import Measurement
+    from tsopt.db.store import Store
+
+    h100 = "NVIDIA H100 80GB HBM3"
+    genome, measurement = _archived(64, tmp_path)
+    with Store(f"sqlite:///{tmp_path / 'w.db'}") as store:
+        again = {**measurement.to_dict(), "device": h100}  # type: ignore[attr-defined]
+        assert store.record_measurement(store.candidate_id(studies[64], genome.hash),  # type: ignore[arg-type, attr-defined]
+                                        Measurement.from_dict(again), "h100-again")
+    pooled = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg4",
+                   cwd=tmp_path)
+    lines = [line for line in pooled.stderr.splitlines() if line.strip()]
+    assert pooled.returncode == 2 and len(lines) == 1, pooled.stdout + pooled.stderr
+    assert f"{studies[64]}' was measured on 2 GPUs" in lines[0] and "--measured-on" in lines[0]
+    assert not (tmp_path / "pkg4").exists()
+    on_h100 = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg5",
+                    "--measured-on", h100, cwd=tmp_path)
+    assert on_h100.returncode == 0, on_h100.stdout + on_h100.stderr
+    said = " ".join(on_h100.stdout.split())
+    assert f"{studies[16]} has no correct timed candidate measured on {h100}" in said, said
+    kernels = json.loads((tmp_path / "pkg5" / "manifest.json").read_text())["kernels"]
+    assert [(k["name"], k["device"]) for k in kernels] == [("gemm_bf16_64x4096x4096", h100)]
+
+
 @pytest.mark.slow
 def test_a_workload_exports_as_one_package_that_says_which_kernel_serves_which_m(
         tmp_path: Path) -> None:
@@ -204,7 +253,6 @@ def test_a_workload_exports_as_one_package_that_says_which_kernel_serves_which_m
     M=64), each given the seed library's kernel of its shape, verified and built here, with the
     measurement an H200 study recorded of it; then `tsopt export --workload` and the package's
     routing table, loaded with torch and the package alone."""
-    from tsopt.core.records import Measurement
     from tsopt.core.registry import get_space
     from tsopt.db.store import Store
     from tsopt.search.pipeline import CandidatePipeline
@@ -261,44 +309,5 @@ def test_a_workload_exports_as_one_package_that_says_which_kernel_serves_which_m
     assert found["shape"] == [20, 4096] and len(found["warned"]) == 1
     assert "m=20 n=4096 k=4096: no tuned kernel" in found["warned"][0]
 
-    # --vendor-floor between the two kernels' recorded ratios: the slower one is left to
-    # torch.matmul, said in one line naming its ratio; the other is exported as before.
-    ratios = {m: _archived(m, tmp_path)[1].ratio for m in studies}  # type: ignore[attr-defined]
-    low, high = sorted(ratios, key=lambda m: ratios[m])
-    assert ratios[low] < ratios[high], ratios
-    floor = (ratios[low] + ratios[high]) / 2
-    floored = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg2",
-                    "--vendor-floor", f"{floor:.6f}", cwd=tmp_path)
-    assert floored.returncode == 0, floored.stdout + floored.stderr
-    said = " ".join(floored.stdout.split())
-    assert f"reads {ratios[low]:.3f}x" in said and f"below --vendor-floor {floor:.6g}" in said, said
-    assert said.count("its Ms fall back to torch.matmul") == 1, said
-    names = [k["name"] for k in json.loads((tmp_path / "pkg2" / "manifest.json").read_text())["kernels"]]
-    assert names == [f"gemm_bf16_{high}x4096x4096"]
-    refused = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg3",
-                    "--vendor-floor", "nan", cwd=tmp_path)
-    assert refused.returncode == 2 and "--vendor-floor nan must be a ratio above 0" in refused.stderr
-    assert not (tmp_path / "pkg3").exists()
-
-    # The M=64 kernel measured again on another card: the export no longer ranks across the
-    # two (one line, exit 2); --measured-on ranks each study on that card alone, and a study
-    # never measured on it falls back to torch.matmul, said in one line.
-    h100 = "NVIDIA H100 80GB HBM3"
-    genome, measurement = _archived(64, tmp_path)
-    with Store(f"sqlite:///{tmp_path / 'w.db'}") as store:
-        again = {**measurement.to_dict(), "device": h100}  # type: ignore[attr-defined]
-        assert store.record_measurement(store.candidate_id(studies[64], genome.hash),  # type: ignore[arg-type, attr-defined]
-                                        Measurement.from_dict(again), "h100-again")
-    pooled = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg4",
-                   cwd=tmp_path)
-    lines = [line for line in pooled.stderr.splitlines() if line.strip()]
-    assert pooled.returncode == 2 and len(lines) == 1, pooled.stdout + pooled.stderr
-    assert f"{studies[64]}' was measured on 2 GPUs" in lines[0] and "--measured-on" in lines[0]
-    assert not (tmp_path / "pkg4").exists()
-    on_h100 = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg5",
-                    "--measured-on", h100, cwd=tmp_path)
-    assert on_h100.returncode == 0, on_h100.stdout + on_h100.stderr
-    said = " ".join(on_h100.stdout.split())
-    assert f"{studies[16]} has no correct timed candidate measured on {h100}" in said, said
-    kernels = json.loads((tmp_path / "pkg5" / "manifest.json").read_text())["kernels"]
-    assert [(k["name"], k["device"]) for k in kernels] == [("gemm_bf16_64x4096x4096", h100)]
+    _vendor_floor_leaves_the_slower_to_torch(tmp_path, studies)
+    _measured_again_on_another_card(tmp_path, studies)

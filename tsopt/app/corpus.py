@@ -71,10 +71,16 @@ EVIDENCE = (
     "bench/search_table/measured/*.results.json", "bench/search_efficiency_h200/studies-*.json.xz",
     "bench/skinny_l2/results/*.results.json", "bench/build_memory/*.results.json",
     "bench/driver_scale/ts_memo_study/*.db.tar.xz",
-    "bench/search_efficiency_h200/search-top-remeasured.json")
+    "bench/search_efficiency_h200/search-top-remeasured.json",
+    # The Llama layer's runtime-M studies (graph mode; an H100's and an H200's runs). One state
+    # only, the latest: each state's database holds every measurement of the ones before it.
+    "bench/llama_layer/state-gen2-h200.tar.xz")
 """The committed evidence the corpus is made from: globs of member names in the evidence
 archives (each named from the repository root as its experiment wrote it, ``bench/EXP/...``;
 matched in the unpacked archives, never in the checkout). Left out:
+``bench/llama_layer``'s earlier states (``state-gen1-transfer``, ``state-gen2-transfer``: their
+measurements are in the latest state's database too) and ``workload-gen1.json`` (a summary of
+the first generation's H200 run, whose raw results were not committed);
 ``bench/runner_isolation/planted`` (kernels planted to crash and hang, not candidates of a
 space); ``bench/export_h200`` and ``bench/torch_op_h200`` (three exported kernels timed
 through the exported loader against their recorded figure, unpaired: checks of an export,
@@ -207,6 +213,9 @@ class _Reader:
             launch: str = LAUNCH_ISOLATED, **where: Any) -> None:
         ratio = m.get("ratio")
         lo, hi = m.get("ratio_lo"), m.get("ratio_hi")
+        # a measurement that says how it was launched is taken at its word (a study in graph
+        # mode records "graph"); ``launch`` is for files that predate the field
+        launch = str(m.get("launch") or launch)
         parts = source.split("/")
         self.records.append(CorpusRecord(
             space=genome.space if genome is not None else (space or problem.op),

@@ -262,6 +262,7 @@ def _record(
     if info.launch != manifest.launch:  # a study measured in another mode refuses the bundle
         raise BundleError(f"bundle measured in launch mode {manifest.launch!r}, but study "
                           f"{manifest.study!r} is measured in {info.launch!r}")
+    note_another_gpu(store.measured_devices(manifest.study), results, report)
     for b in results.baselines:
         new = store.record_baseline(b.problem_key, b.name, b.device, results.run_id, b.median_us,
                                     b.p10_us, b.p90_us, b.rate, b.rate_unit)
@@ -284,6 +285,19 @@ def _record(
         told.append((candidate_id, trial_number, candidate.genome, m))
     if told:
         tell_study(store, info, told, results.run_id, report)
+
+
+def note_another_gpu(before: dict[str, int], results: BundleResults,
+                     report: IngestReport) -> None:
+    """A note when these results come from a GPU the study was not measured on before: its
+    ranking would then mix two cards, which `tsopt export` refuses without --measured-on."""
+    now = sorted({m.device for m in results.measurements if m.status == "ok"} - set(before))
+    if before and now:
+        report.notes.append(
+            f"study {report.study!r} was measured on {', '.join(before)} before; this run "
+            f"was measured on {', '.join(now)}. Its candidates now hold measurements of "
+            f"{len(before) + len(now)} GPUs, and the sampler was told both cards' figures; "
+            "`tsopt export` ranks on one (--measured-on)")
 
 
 def _print(console: Console, report: IngestReport, bundle: Path) -> None:

@@ -48,7 +48,12 @@ baseline alternating with the candidate in rounds (``tsopt.workers.paired``)."""
 LAUNCH_BACK_TO_BACK = "back-to-back-rounds"
 """bench/gemm_h200's headline rounds: one process, each round times ``per_round`` launches
 back to back (CUDA events around the whole round), then as many of the baseline."""
-LAUNCHES = (LAUNCH_ISOLATED, LAUNCH_BACK_TO_BACK)
+LAUNCH_GRAPH = "graph"
+"""The runner's default since the launch modes (``tsopt.core.records.LaunchMode``): back-to-back
+launches captured in one CUDA graph a side, the candidate's and the baseline's alternating."""
+LAUNCH_EAGER = "eager"
+"""The runner's eager mode: calls through the export's loader, GPU plus launch cost."""
+LAUNCHES = (LAUNCH_ISOLATED, LAUNCH_BACK_TO_BACK, LAUNCH_GRAPH, LAUNCH_EAGER)
 
 KINDS = ("study-database", "study-dump", "bundle-results", "results-file", "paired-rounds")
 """What an evidence file is: a study's SQLite database (or a ``tar.xz`` of them), a JSON dump

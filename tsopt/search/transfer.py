@@ -47,7 +47,10 @@ SHIPPED_MODEL = Path(__file__).resolve().parents[1] / "data" / "cost_model.json"
 """The shipped model (``tsopt corpus products`` makes it from ``corpus/``)."""
 FORMAT = "tsopt-transfer-model-1"
 MODEL_DEVICE = "H200_SXM"
-"""The device profile the corpus's GEMMs were measured on, which the model knows alone."""
+"""The device profile the model's measurements were made on, which it knows alone."""
+MODEL_GPU = "NVIDIA H200"
+"""That card's name as the measuring process records it: the corpus also holds other cards'
+measurements (bench/llama_layer's H100 runs), which rank kernels differently."""
 COST_PRIORS = ("transfer", "analytical")
 """What ``--cost-prior`` takes: the shipped cross-shape model (the default), or the
 analytical estimate alone (as every study before it)."""
@@ -171,17 +174,18 @@ class ShapeTable:
 
 
 def shape_tables(records: Sequence[CorpusRecord], min_genomes: int = MIN_SHAPE,
-                 ) -> list[ShapeTable]:
+                 gpu: str = MODEL_GPU) -> list[ShapeTable]:
     """Per GEMM problem of the corpus, each genome's median paired ratio over its correct
-    measurements in the runner's isolated mode (every pass and machine; one launch mode, so
-    no figure mixes two); shapes with fewer than ``min_genomes`` left out."""
+    measurements on ``gpu`` (:data:`MODEL_GPU`) in the runner's isolated mode (every pass and machine of
+    that card; one card and one launch mode, so no figure mixes two); shapes with fewer than
+    ``min_genomes`` left out."""
     from tsopt.core.corpus import LAUNCH_ISOLATED
 
     by_shape: dict[str, dict[str, tuple[dict[str, Any], list[float]]]] = {}
     sizes: dict[str, dict[str, int]] = {}
     for r in records:
         if (r.space != "gemm" or not r.ok or not r.paired or r.genome is None
-                or r.launch != LAUNCH_ISOLATED):
+                or r.launch != LAUNCH_ISOLATED or r.device != gpu):
             continue
         table = by_shape.setdefault(r.problem.key, {})
         sizes[r.problem.key] = dict(r.problem.sizes)
