@@ -46,12 +46,13 @@ void *sim_first(void) { return first; }
 """
 
 
-def _kernel_dir(directory: Path, m: int, m_range: tuple[int, int] | None, genome: str) -> None:
+def _kernel_dir(directory: Path, m: int, m_range: tuple[int, int] | None, genome: str,
+                n: int = N) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"library": "libkernel.so", "genome_hash": genome, "tensors": [
         {"name": "a", "role": "input", "shape": [m, K], "dtype": "bf16"},
-        {"name": "b", "role": "input", "shape": [N, K], "dtype": "bf16"},
-        {"name": "d", "role": "output", "shape": [m, N], "dtype": "bf16"}]}
+        {"name": "b", "role": "input", "shape": [n, K], "dtype": "bf16"},
+        {"name": "d", "role": "output", "shape": [m, n], "dtype": "bf16"}]}
     if m_range is not None:  # as the builder writes a runtime-M kernel's: A's and D's rows
         doc["m_range"] = list(m_range)
         for tensor in (doc["tensors"][0], doc["tensors"][2]):
@@ -63,19 +64,22 @@ def _kernel_dir(directory: Path, m: int, m_range: tuple[int, int] | None, genome
 
 
 def write_package(top: Path, kernels: list[tuple[str, int, tuple[int, int] | None, str]],
-                  entry_extra: dict[str, dict[str, Any]] | None = None) -> Path:
+                  entry_extra: dict[str, dict[str, Any]] | None = None, n: int = N,
+                  vendor_routes: list[dict[str, Any]] | None = None) -> Path:
     """``kernels``: (name, M the tensors are listed at, m_range or None for fixed-M, genome)."""
     entries = []
     for name, m, m_range, genome in kernels:
-        _kernel_dir(top / name, m, m_range, genome)
+        _kernel_dir(top / name, m, m_range, genome, n)
         entry = {"name": name, "op": "gemm", "dtype": "bf16", "dir": name,
-                 "sizes": [["m", m], ["n", N], ["k", K]], "genome_hash": genome,
+                 "sizes": [["m", m], ["n", n], ["k", K]], "genome_hash": genome,
                  "m_range": list(m_range) if m_range else [m, m],
                  "runtime_m": m_range is not None}
         entries.append({**entry, **(entry_extra or {}).get(name, {})})
-    (top / "manifest.json").write_text(json.dumps({"format": "tsopt-export", "version": 2,
-                                                   "package": True, "kernels": entries,
-                                                   "files": {}}))
+    doc: dict[str, Any] = {"format": "tsopt-export", "version": 2, "package": True,
+                           "kernels": entries, "files": {}}
+    if vendor_routes is not None:
+        doc["vendor_routes"] = vendor_routes
+    (top / "manifest.json").write_text(json.dumps(doc))
     return top
 
 
@@ -160,6 +164,37 @@ def test_an_m_outside_every_bucket_falls_back_with_one_warning_per_shape(simulat
     assert _launched(recorders) == before
     seen = {f.sizes: f.calls for f in torch_ops.fallbacks() if f.op == "gemm"}
     assert seen[(("m", 33), ("n", N), ("k", K))] == 2
+
+
+def test_an_m_the_export_left_to_the_vendor_runs_torch_without_a_warning(
+        simulated: Any, tmp_path: Path) -> None:
+    # A package for N=40 whose bucket 17-32 the export left to cuBLAS (--vendor-floor): its
+    # Ms run torch.matmul silently, counted with the export's reason; an M in no bucket and in
+    # no vendor route still warns.
+    n = 40
+    why = "its best, 0123456789ab, reads 0.950x torch.matmul (cuBLAS), below --vendor-floor 1"
+    top = write_package(tmp_path / "floored", [("gemm_bf16_1_16x40x128", 16, (1, 16), "4" * 64)],
+                        n=n, vendor_routes=[{"op": "gemm", "dtype": "bf16", "names": ["up"],
+                                             "n": n, "k": K, "m_range": [17, 32], "why": why}])
+    package = torch_ops.load(top, preload=False)
+    assert [(r.m_range, r.why) for r in package.vendor_routes] == [((17, 32), why)]
+    b = bf16(n, K)
+    for m in (17, 32):
+        a = bf16(m, K)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            d = torch.ops.tsopt.gemm(a, b)
+        assert torch.equal(d, torch.matmul(a, b.t()))
+    reasons = {f.sizes: f.reasons for f in torch_ops.fallbacks() if f.op == "gemm"}
+    assert reasons[(("m", 17), ("n", n), ("k", K))] == (
+        f"left to torch.matmul(a, b.t()) by the export: {why}",)
+    with pytest.warns(FallbackWarning, match=r"m=33 n=40 k=128: no tuned kernel"):
+        torch.ops.tsopt.gemm(bf16(33, K), b)
+    bad = write_package(tmp_path / "bad", [("gemm_bf16_1_16x40x128", 16, (1, 16), "4" * 64)],
+                        n=n, vendor_routes=[{"op": "gemm", "dtype": "bf16", "n": n, "k": K,
+                                             "m_range": [17], "why": why}])
+    with pytest.raises(KernelLoadError, match=r"manifest.json: vendor route .* is malformed"):
+        torch_ops.load(bad, preload=False)
 
 
 def test_another_n_or_k_falls_back_through_the_dispatcher(simulated: Any) -> None:

@@ -210,8 +210,12 @@ def _vendor_floor_leaves_the_slower_to_torch(tmp_path: Path, studies: dict[int, 
     said = " ".join(floored.stdout.split())
     assert f"reads {ratios[low]:.3f}x" in said and f"below --vendor-floor {floor:.6g}" in said, said
     assert said.count("its Ms fall back to torch.matmul") == 1, said
-    names = [k["name"] for k in json.loads((tmp_path / "pkg2" / "manifest.json").read_text())["kernels"]]
-    assert names == [f"gemm_bf16_{high}x4096x4096"]
+    manifest = json.loads((tmp_path / "pkg2" / "manifest.json").read_text())
+    assert [k["name"] for k in manifest["kernels"]] == [f"gemm_bf16_{high}x4096x4096"]
+    # the study left out is a vendor route of the package: the op runs torch there, silently
+    (route,) = manifest["vendor_routes"]
+    assert (route["op"], route["dtype"], route["n"], route["k"]) == ("gemm", "bf16", 4096, 4096)
+    assert route["m_range"] == [low, low] and "below --vendor-floor" in route["why"]
     refused = tsopt("export", "--workload", "w.toml", "--db", "sqlite:///w.db", "--out", "pkg3",
                     "--vendor-floor", "nan", cwd=tmp_path)
     assert refused.returncode == 2 and "--vendor-floor nan must be a ratio above 0" in refused.stderr
@@ -288,6 +292,7 @@ def test_a_workload_exports_as_one_package_that_says_which_kernel_serves_which_m
         "gemm_bf16_16x4096x4096": ([16, 16], False, STANDIN),
         "gemm_bf16_64x4096x4096": ([64, 64], False, FIXED_M)}
     assert kernels["gemm_bf16_16x4096x4096"]["serving"]["bucket"] == [1, 16]
+    assert manifest["vendor_routes"] == []  # every planned study exported
     probe = (
         "import sys, json, warnings, torch; sys.path.insert(0, 'pkg'); import torch_ops\n"
         "torch_ops.load('pkg', preload=False)\n"

@@ -345,17 +345,20 @@ def export(
     with _Guard(db):
         from tsopt.app.export import export_command, study_list
         names = study_list(study, study_option or [], studies)
+        vendor_routes = None
         if workload is not None:
             from tsopt.app.serving_tune import workload_export_studies
 
-            names += [n for n in workload_export_studies(workload, arch, db, console,
-                                                         vendor_floor=vendor_floor,
-                                                         measured_on=measured_on)
-                      if n not in names]
+            chosen, left = workload_export_studies(workload, arch, db, console,
+                                                   vendor_floor=vendor_floor,
+                                                   measured_on=measured_on)
+            names += [n for n in chosen if n not in names]
+            vendor_routes = [entry.to_dict() for entry in left]
         elif vendor_floor is not None:
             raise UserInputError(f"--vendor-floor {vendor_floor:g} applies to --workload only")
         code = export_command(studies=names, out=out, rank=rank, force=force, db_url=db,
-                              console=console, measured_on=measured_on)
+                              console=console, measured_on=measured_on,
+                              vendor_routes=vendor_routes)
     raise typer.Exit(code)
 
 

@@ -25,7 +25,10 @@ Two kinds of op:
 A GEMM kernel serves an M range (``m_range`` in the manifest: ``[M, M]`` for a fixed-M kernel,
 ``[lo, hi]`` for a runtime-M one, ``runtime_m`` true). The dispatcher routes a call by its M,
 for its (dtype, N, K): the fixed-M kernel of exactly that M first, else the narrowest range
-holding M (the lower start on a tie), else torch with the warning. A runtime-M kernel's own op
+holding M (the lower start on a tie), else torch with the warning. An M range the export left
+to the vendor on purpose (the manifest's ``vendor_routes``: ``tsopt export --workload
+--vendor-floor``, a study measured below cuBLAS) runs torch without a warning; :func:`fallbacks`
+still counts it, with the export's reason. A runtime-M kernel's own op
 takes any M of its range and names the expected size of whatever differs (``b: N=4097,
 expected N=4096``). Neither fake implementation reads M as a number, so a model compiled
 with a dynamic M traces once for every M.
@@ -193,11 +196,23 @@ class PackagedKernel:
 
 
 @dataclass(frozen=True)
+class VendorRoute:
+    """An M range of one GEMM (dtype, N, K) that the export left to torch on purpose, and why."""
+
+    op: str
+    dtype: str
+    fixed_sizes: Sizes
+    m_range: tuple[int, int]
+    why: str
+
+
+@dataclass(frozen=True)
 class KernelPackage:
     """What :func:`load` registered: the export's directory and its kernels."""
 
     directory: Path
     kernels: tuple[PackagedKernel, ...]
+    vendor_routes: tuple[VendorRoute, ...] = ()
 
     def op(self, name: str) -> Any:
         """The registered op of kernel ``name`` (``torch.ops.tsopt.<name>``)."""
@@ -220,7 +235,7 @@ class Fallback:
     calls: int
 
 
-def _kernel_entries(directory: Path) -> list[dict[str, Any]]:
+def _manifest(directory: Path) -> dict[str, Any]:
     path = directory / "manifest.json"
     try:
         doc = json.loads(path.read_text())
@@ -230,6 +245,26 @@ def _kernel_entries(directory: Path) -> list[dict[str, Any]]:
         raise KernelLoadError(f"{path}: malformed ({exc})") from None
     if doc.get("format") != "tsopt-export":
         raise KernelLoadError(f"{path}: not a tsopt export manifest (format {doc.get('format')!r})")
+    return dict(doc)
+
+
+def _vendor_routes(directory: Path, doc: dict[str, Any]) -> tuple[VendorRoute, ...]:
+    routes = []
+    for entry in doc.get("vendor_routes", ()):
+        try:
+            if entry["op"] not in OP_KINDS:
+                raise ValueError(f"op {entry['op']!r} has no PyTorch op here")
+            lo, hi = (int(v) for v in entry["m_range"])
+            routes.append(VendorRoute(str(entry["op"]), str(entry["dtype"]),
+                                      (("n", int(entry["n"])), ("k", int(entry["k"]))),
+                                      (lo, hi), str(entry["why"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise KernelLoadError(f"{directory / 'manifest.json'}: vendor route {entry!r} is "
+                                  f"malformed ({exc!r})") from None
+    return tuple(routes)
+
+
+def _kernel_entries(directory: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
     if "kernels" in doc:
         return list(doc["kernels"])
     # An export written before packages (version 1): one kernel, at the top.
@@ -273,8 +308,9 @@ def _m_range(entry: dict[str, Any], kernel_dir: Path, op: str,
 def read_package(directory: Path | str) -> KernelPackage:
     """The kernels an export holds (reads its manifests; registers nothing, opens nothing)."""
     root = Path(directory).resolve()
+    doc = _manifest(root)
     kernels = []
-    for entry in _kernel_entries(root):
+    for entry in _kernel_entries(root, doc):
         kernel_dir = (root / entry["dir"]).resolve()
         artifact = _loader.KernelManifest.read(kernel_dir)
         inputs = tuple(t for t in artifact.tensors if t.role == "input")
@@ -293,7 +329,7 @@ def read_package(directory: Path | str) -> KernelPackage:
             name=str(entry["name"]), op=op, dtype=str(entry["dtype"]), sizes=sizes,
             directory=kernel_dir, genome_hash=str(entry.get("genome_hash", "")), inputs=inputs,
             output=outputs[0], m_range=m_range, runtime_m=runtime_m))
-    return KernelPackage(root, tuple(kernels))
+    return KernelPackage(root, tuple(kernels), _vendor_routes(root, doc))
 
 
 # -- checks ------------------------------------------------------------------------------------
@@ -380,6 +416,12 @@ _LOADED: dict[str, Any] = {}  # op name -> loader.LoadedKernel, opened on first 
 _DISPATCHERS: set[str] = set()
 _FALLBACKS: dict[tuple[str, str, Sizes], tuple[set[str], list[int]]] = {}  # -> (reasons, [calls])
 _ROUTES: dict[str, dict[Any, Any]] = {}  # op -> signature -> its kernel, or why it falls back
+# (op, dtype, sizes but M) -> the M ranges an export left to torch on purpose
+_VENDOR: dict[tuple[str, str, Sizes], list[VendorRoute]] = {}
+
+
+class _OnPurpose(str):
+    """Why a call runs torch when the export chose it (a vendor route): no warning."""
 # Kept alive: the ops live while it does.
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")  # type: ignore[no-untyped-call]
 # Tells torch.compile and torch.export the ops keep to what they expect of an op (a functional
@@ -463,14 +505,15 @@ def _register_kernel(kernel: PackagedKernel) -> None:
     _KERNELS[kernel.name] = kernel
 
 
-def _note_fallback(kind: OpKind, dtype: torch.dtype, sizes: Sizes, reason: str) -> None:
+def _note_fallback(kind: OpKind, dtype: torch.dtype, sizes: Sizes, reason: str,
+                   warn: bool = True) -> None:
     dtype_name = DTYPE_NAMES.get(dtype, str(dtype))
     key = (kind.name, dtype_name, sizes)
     first = key not in _FALLBACKS
     reasons, calls = _FALLBACKS.setdefault(key, (set(), [0]))
-    reasons.add(reason)
+    reasons.add(str(reason))
     calls[0] += 1
-    if first:
+    if first and warn:
         shape = " ".join(f"{n}={v}" for n, v in sizes)
         warnings.warn(f"torch.ops.{NAMESPACE}.{kind.name} {dtype_name} {shape}: {reason}; "
                       f"running {kind.fallback_name} instead (warned once per shape)",
@@ -498,6 +541,17 @@ def kernel_for(op: str, dtype: str, sizes: Sizes) -> PackagedKernel | None:
     return None
 
 
+def vendor_route_for(op: str, dtype: str, sizes: Sizes) -> VendorRoute | None:
+    """The vendor route an export named for a call of these sizes, if any (GEMMs, by M)."""
+    if op != "gemm":
+        return None
+    m = dict(sizes)["m"]
+    for route in _VENDOR.get((op, dtype, tuple((n, v) for n, v in sizes if n != "m")), ()):
+        if route.m_range[0] <= m <= route.m_range[1]:
+            return route
+    return None
+
+
 def _tuned_text(op: str) -> str:
     tuned = sorted({k.problem_text for k in _TABLE.values() if k.op == op}
                    | {k.problem_text for ks in _RANGED.values() for k in ks if k.op == op})
@@ -511,6 +565,9 @@ def _route(kind: OpKind, tensors: Sequence[torch.Tensor]) -> Any:
     dtype_name = DTYPE_NAMES.get(tensors[0].dtype, str(tensors[0].dtype))
     kernel = kernel_for(kind.name, dtype_name, sizes)
     if kernel is None:
+        chosen = vendor_route_for(kind.name, dtype_name, sizes)
+        if chosen is not None:
+            return _OnPurpose(f"left to {kind.fallback_name} by the export: {chosen.why}")
         return (f"no tuned kernel for this shape and dtype (tuned: {_tuned_text(kind.name)})")
     problems = _problems(kernel, tensors)
     if problems:
@@ -532,6 +589,9 @@ def _register_dispatcher(kind: OpKind) -> None:
             remember(routes, key, route)
         if type(route) is str:
             _note_fallback(kind, tensors[0].dtype, kind.sizes(tensors), route)
+            return kind.fallback(tensors)
+        if type(route) is _OnPurpose:
+            _note_fallback(kind, tensors[0].dtype, kind.sizes(tensors), route, warn=False)
             return kind.fallback(tensors)
         result: torch.Tensor = route(tensors)
         return result
@@ -575,6 +635,11 @@ def load(directory: Path | str | None = None, preload: bool | None = None) -> Ke
                 ranged.sort(key=_narrowest_first)
         else:
             _TABLE.setdefault((kernel.op, kernel.dtype, kernel.sizes), kernel)
+    for route in package.vendor_routes:
+        _register_dispatcher(OP_KINDS[route.op])
+        chosen = _VENDOR.setdefault((route.op, route.dtype, route.fixed_sizes), [])
+        if route not in chosen:
+            chosen.append(route)
     for routes in _ROUTES.values():
         routes.clear()  # a shape that fell back may have a kernel now
     if preload if preload is not None else torch.cuda.is_available():

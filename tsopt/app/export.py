@@ -428,7 +428,8 @@ def _write_runtime(directory: Path) -> None:
     shutil.copy2(_worker_source("torch_ops"), directory / "torch_ops.py")
 
 
-def _write_kernel(chosen: _Chosen, directory: Path) -> ExportedKernel:
+def _write_kernel(chosen: _Chosen, directory: Path,
+                  vendor_routes: list[dict[str, Any]] | None = None) -> ExportedKernel:
     """One study's export, complete in ``directory`` (also each kernel of a package)."""
     from tsopt.build.builder import tool_versions
 
@@ -478,11 +479,14 @@ def _write_kernel(chosen: _Chosen, directory: Path) -> ExportedKernel:
         "kernels": [kernel.to_dict()],
         "files": _file_hashes(directory),
     }
+    if vendor_routes is not None:
+        manifest["vendor_routes"] = vendor_routes
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return kernel
 
 
-def _write_package(chosen: Sequence[_Chosen], top: Path) -> list[ExportedKernel]:
+def _write_package(chosen: Sequence[_Chosen], top: Path,
+                   vendor_routes: list[dict[str, Any]] | None = None) -> list[ExportedKernel]:
     """Several studies: a complete export per kernel in its own directory, and at the top the
     runtime files and a manifest listing every kernel (torch_ops.load reads it)."""
     from tsopt.build.builder import tool_versions
@@ -502,16 +506,21 @@ def _write_package(chosen: Sequence[_Chosen], top: Path) -> list[ExportedKernel]
         "kernels": [k.to_dict() for k in kernels],
         "files": _file_hashes(top),
     }
+    if vendor_routes is not None:
+        manifest["vendor_routes"] = vendor_routes
     (top / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return kernels
 
 
 def export_studies(store: Store, studies: Sequence[str], out: Path, rank: int = 1,
-                   force: bool = False, measured_on: str | None = None) -> ExportResult:
+                   force: bool = False, measured_on: str | None = None,
+                   vendor_routes: Sequence[dict[str, Any]] | None = None) -> ExportResult:
     """Export each study's candidate of rank ``rank`` (1 = fastest) into ``out``: one study as
     one export directory, several as a package; ranked on ``measured_on``'s measurements
-    (:func:`ranking_device`). Refuses (UserInputError) before writing anything: see
-    :mod:`tsopt.app.export_target` for where it writes."""
+    (:func:`ranking_device`). ``vendor_routes``: the M ranges a workload's export leaves to
+    the vendor on purpose (``serving_tune.LeftOut``), listed in the manifest, where the op
+    routes them to torch without a warning. Refuses (UserInputError) before writing
+    anything: see :mod:`tsopt.app.export_target` for where it writes."""
     from tsopt.db.engine import parse_url, sqlite_path
 
     out = Path(out)
@@ -520,10 +529,11 @@ def export_studies(store: Store, studies: Sequence[str], out: Path, rank: int = 
     chosen = _choose_all(store, studies, rank, measured_on)
     staged = staging_dir(out)
     try:
+        routes = list(vendor_routes) if vendor_routes is not None else None
         if len(chosen) == 1:
-            kernels = [_write_kernel(chosen[0], staged)]
+            kernels = [_write_kernel(chosen[0], staged, routes)]
         else:
-            kernels = _write_package(chosen, staged)
+            kernels = _write_package(chosen, staged, routes)
         written = sorted(str(p.relative_to(staged)) for p in staged.rglob("*") if p.is_file())
         remove = check_replaceable(out, force, written)
         move_in(staged, out, remove)
@@ -547,12 +557,13 @@ def study_list(study: str | None, repeated: Sequence[str], listed: str | None) -
 
 
 def export_command(studies: Sequence[str], out: Path, rank: int, force: bool, db_url: str,
-                   console: Console, measured_on: str | None = None) -> int:
+                   console: Console, measured_on: str | None = None,
+                   vendor_routes: Sequence[dict[str, Any]] | None = None) -> int:
     from tsopt.db.store import Store
 
     store = Store(db_url)
     try:
-        result = export_studies(store, studies, out, rank, force, measured_on)
+        result = export_studies(store, studies, out, rank, force, measured_on, vendor_routes)
     finally:
         store.close()
     for kernel in result.kernels:

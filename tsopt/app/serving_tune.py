@@ -290,11 +290,32 @@ def _serves(config: dict[str, Any], planned: PlannedStudy) -> bool:
     return serving.get("kernel") != STANDIN
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """A planned study of a workload that the export leaves to the vendor: its Ms run
+    torch.matmul, on purpose (the package's manifest lists it as a vendor route)."""
+
+    names: tuple[str, ...]
+    problem: Problem
+    m_range: tuple[int, int]
+    label: str
+    why: str
+
+    def line(self) -> str:
+        return f"{self.label}: {self.why}; its Ms fall back to torch.matmul"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's ``vendor_routes`` entry (workers/torch_ops.py reads it)."""
+        return {"op": self.problem.op, "dtype": self.problem.dtype, "names": list(self.names),
+                "n": self.problem["n"], "k": self.problem["k"], "m_range": list(self.m_range),
+                "why": self.why}
+
+
 def workload_studies(store: Store, workload: Workload, arch: str, kind: str | None = None,
                      vendor_floor: float | None = None,
-                     measured_on: str | None = None) -> tuple[list[str], list[str]]:
-    """The studies of ``store`` that tune ``workload`` (for ``arch``), and a line for each
-    planned study left out (its Ms fall back to torch.matmul): one with no correct timed
+                     measured_on: str | None = None) -> tuple[list[str], list[LeftOut]]:
+    """The studies of ``store`` that tune ``workload`` (for ``arch``), and each planned study
+    left out (its Ms fall back to torch.matmul): one with no correct timed
     candidate (on ``measured_on``, when named), and, with ``vendor_floor``, one whose best
     candidate's paired ratio to the vendor is below it (a serving stack is better off on
     cuBLAS there, as measured). UserInputError when a planned study matches two studies (two
@@ -322,7 +343,7 @@ def workload_studies(store: Store, workload: Workload, arch: str, kind: str | No
                f"study {matches[0].name} has no correct timed candidate" if not best else
                _below_floor(best[0], vendor_floor))
         if why:
-            missing.append(f"{label}: {why}; its Ms fall back to torch.matmul")
+            missing.append(LeftOut(p.names, p.problem, p.m_range, label, why))
             continue
         if matches[0].name not in chosen:
             chosen.append(matches[0].name)
@@ -342,9 +363,10 @@ def _below_floor(best: RankedCandidate, vendor_floor: float | None) -> str:
 
 def workload_export_studies(path: Any, arch: str, db_url: str, console: Console,
                             vendor_floor: float | None = None,
-                            measured_on: str | None = None) -> list[str]:
-    """``tsopt export --workload FILE``: the studies to export (:func:`workload_studies`), each
-    planned study left out said in one line; UserInputError when none has a timed candidate."""
+                            measured_on: str | None = None) -> tuple[list[str], list[LeftOut]]:
+    """``tsopt export --workload FILE``: the studies to export and those left to the vendor
+    (:func:`workload_studies`), each of those said in one line; UserInputError when none has a
+    timed candidate."""
     from tsopt.app.workload import read_workload
     from tsopt.db.store import Store
 
@@ -358,11 +380,11 @@ def workload_export_studies(path: Any, arch: str, db_url: str, console: Console,
                                            measured_on=measured_on)
     finally:
         store.close()
-    for line in missing:
-        console.print(f"left out: {line}", highlight=False, soft_wrap=True)
+    for left in missing:
+        console.print(f"left out: {left.line()}", highlight=False, soft_wrap=True)
     if not chosen:
         raise UserInputError(f"workload {path}: none of its {len(missing)} studies has a correct "
                              f"timed candidate in {db_url} to export"
                              + (f" at or above --vendor-floor {vendor_floor:g}"
                                 if vendor_floor is not None else ""))
-    return chosen
+    return chosen, missing
