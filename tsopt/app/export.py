@@ -166,18 +166,19 @@ def ranking_device(store: Store, study: str, measured_on: str | None) -> str | N
     card can lose on another (an H100's picks of the Llama layer met the bar in 11 of 16
     buckets there and in 5 on an H200, bench/llama_layer), so pooling them picks for neither."""
     devices = store.measured_devices(study)
+    named = {d: n for d, n in devices.items() if d}  # "": a record that did not say
     if measured_on is not None:
         if measured_on not in devices:
             raise UserInputError(
                 f"--measured-on {measured_on!r}: study {study!r} has no correct timed "
                 f"measurement on that GPU (measured on: {devices_text(devices)})")
         return measured_on
-    if len(devices) > 1:
+    if len(named) > 1:
         raise UserInputError(
-            f"study {study!r} was measured on {len(devices)} GPUs ({devices_text(devices)}): "
+            f"study {study!r} was measured on {len(named)} GPUs ({devices_text(named)}): "
             "a kernel fastest on one can lose on another, so the export does not rank across "
             "them; pass --measured-on with the GPU it will run on, e.g. "
-            f"--measured-on {next(iter(devices))!r}")
+            f"--measured-on {next(iter(named))!r}")
     return None
 
 

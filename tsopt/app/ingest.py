@@ -291,12 +291,14 @@ def note_another_gpu(before: dict[str, int], results: BundleResults,
                      report: IngestReport) -> None:
     """A note when these results come from a GPU the study was not measured on before: its
     ranking would then mix two cards, which `tsopt export` refuses without --measured-on."""
-    now = sorted({m.device for m in results.measurements if m.status == "ok"} - set(before))
-    if before and now:
+    named = [d for d in before if d]  # "": a record that did not say
+    now = sorted({m.device for m in results.measurements if m.status == "ok" and m.device}
+                 - set(named))
+    if named and now:
         report.notes.append(
-            f"study {report.study!r} was measured on {', '.join(before)} before; this run "
+            f"study {report.study!r} was measured on {', '.join(named)} before; this run "
             f"was measured on {', '.join(now)}. Its candidates now hold measurements of "
-            f"{len(before) + len(now)} GPUs, and the sampler was told both cards' figures; "
+            f"{len(named) + len(now)} GPUs, and the sampler was told both cards' figures; "
             "`tsopt export` ranks on one (--measured-on)")
 
 
