@@ -86,7 +86,7 @@ def markdown(doc: dict) -> str:
         return f"{s['median']:.3f} / {s['worst']:.3f} (M {s['worst_m']}) {verdict}"
 
     lines = [f"| projection | kernel | {doc['a']['device']} median / worst | "
-             f"{doc['b']['device']} median / worst | b ÷ a (median M) | Ms flipped |",
+             f"{doc['b']['device']} median / worst | b ÷ a (median over Ms) | Ms flipped |",
              "|---|---|---|---|---:|---|"]
     for x in doc["buckets"]:
         flips = ", ".join(map(str, x["flips"])) if x["flips"] else "none"
