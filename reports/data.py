@@ -155,6 +155,19 @@ def launch_text(launch: str, measured: dict[str, int]) -> str:
         f"; {n} measurement{'s' if n != 1 else ''} in {mode} mode" for mode, n in others.items())
 
 
+def ranked_on(devices: dict[str, int]) -> tuple[str | None, str]:
+    """The GPU a study's ranking reads, and the page's line on the GPUs it was measured on. A
+    study measured on several is ranked on the one with the most measurements (another card
+    ranks kernels differently, so they are never pooled), and the line says so."""
+    named = {d: n for d, n in devices.items() if d}  # "": a record that did not say
+    listed = ", ".join(f"{d} ({n})" for d, n in devices.items()) or "nothing measured yet"
+    if len(named) < 2:
+        return None, listed
+    card = max(named, key=lambda d: (named[d], d))
+    return card, (f"{listed}; ranked on {card} alone (`tsopt export --measured-on` picks the "
+                  "card)")
+
+
 def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, Any]:
     """Everything the page shows for one study."""
     info = store.get_study(name)
@@ -162,7 +175,8 @@ def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, An
         raise UserInputError(f"no study named {name!r} in the database; `tsopt report` lists them")
     candidates = store.candidates(name)
     funnel = store.funnel(name)
-    ranked = store.ranked(name, limit=top)
+    card, measured_on = ranked_on(store.measured_devices(name))
+    ranked = store.ranked(name, limit=top, device=card)
     timed: list[tuple[Genome, float]] = []
     for c in candidates:
         best = c.best
@@ -197,6 +211,7 @@ def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, An
         "launch": info.launch,
         "launch_text": launch_text(info.launch, launches),
         "measurement_launches": launches,
+        "measured_on_text": measured_on,
         "status": info.status,
         "config": info.config,
         "created_at": info.created_at.isoformat(timespec="seconds"),

@@ -96,6 +96,24 @@ def test_the_report_states_the_studys_mode_and_any_measurement_of_another(
         doc = study_document(store, "eager-study")
         assert doc["measurement_launches"] == {"eager": 1, "isolated": 1}
         assert doc["launch_text"].endswith("; 1 measurement in isolated mode")
+        assert doc["measured_on_text"] == f"{timed(one, 'eager').device} (2)"
+
+
+def test_the_report_ranks_a_study_measured_on_two_cards_on_one(tmp_path: Path) -> None:
+    with Store(f"sqlite:///{tmp_path / 'tsopt.db'}") as store:
+        store.create_or_get_study("two-cards", "copy", PROBLEM, "sm_90a", "tpe", {})
+        one, two = copy_genome(2), copy_genome(3)
+        ids = {g.hash: store.add_candidate("two-cards", g, "seed") for g in (one, two)}
+        # pooled, `one` would stand at the median of 1.0 and 0.5 and rank below `two`
+        for g, card, ratio in ((one, "SIMULATED A", 1.0), (two, "SIMULATED A", 0.9),
+                               (one, "SIMULATED B", 0.5)):
+            m = dataclasses.replace(timed(g, "graph"), device=card, ratio=ratio)
+            store.record_measurement(ids[g.hash], m, f"run-{card}")
+        doc = study_document(store, "two-cards")
+        assert doc["measured_on_text"] == ("SIMULATED A (2), SIMULATED B (1); ranked on "
+                                           "SIMULATED A alone (`tsopt export --measured-on` "
+                                           "picks the card)")
+        assert [r["hash"] for r in doc["table"]["rows"]] == [one.hash, two.hash]
 
 
 def test_a_gpu_less_tune_records_its_mode_in_the_study_and_the_bundle(tmp_path: Path) -> None:

@@ -306,6 +306,7 @@
     var facts = [["space", st.space], ["problem", st.problem], ["arch", st.arch],
                  ["sampler", st.sampler], ["cost model's prior", st.cost_prior],
                  ["library", st.library], ["launch mode", st.launch_text],
+                 ["measured on", st.measured_on_text],
                  ["status", st.status], ["created", st.created_at],
                  ["updated", st.updated_at]];
     return h("dl", {"class": "facts"}, facts.map(function (f) {
