@@ -15,6 +15,13 @@ from tsopt.core.problem import Problem
 from tsopt.core.records import BuildResult, Measurement, Verdict
 from tsopt.core.standing import Standing
 
+
+def named_gpus(devices: dict[str, int]) -> dict[str, int]:
+    """:meth:`tsopt.db.store.Store.measured_devices` less the measurements that named no GPU
+    (device ""): the cards a study was measured on, for telling whether it spans several."""
+    return {device: n for device, n in devices.items() if device}
+
+
 FUNNEL_STAGES: tuple[str, ...] = (
     "proposed", "dataflow_legal", "ts_valid", "tsopt_checked", "built", "correct", "timed",
 )

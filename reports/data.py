@@ -12,7 +12,7 @@ from typing import Any
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.db.store import Store
-from tsopt.db.views import CandidateInfo, RankedCandidate, StudyInfo
+from tsopt.db.views import CandidateInfo, RankedCandidate, StudyInfo, named_gpus
 from tsopt.reports.importance import METHOD, MIN_TIMED, RELIABLE_TIMED, importance
 from tsopt.reports.schedule import schedule_view
 from tsopt.verify.verifier import search_bound
@@ -159,7 +159,7 @@ def ranked_on(devices: dict[str, int]) -> tuple[str | None, str]:
     """The GPU a study's ranking reads, and the page's line on the GPUs it was measured on. A
     study measured on several is ranked on the one with the most measurements (another card
     ranks kernels differently, so they are never pooled), and the line says so."""
-    named = {d: n for d, n in devices.items() if d}  # "": a record that did not say
+    named = named_gpus(devices)
     listed = ", ".join(f"{d} ({n})" for d, n in devices.items()) or "nothing measured yet"
     if len(named) < 2:
         return None, listed

@@ -192,7 +192,16 @@ class PackagedKernel:
     @property
     def fixed_sizes(self) -> Sizes:
         """Its sizes but M: the (N, K) a call must match to be routed to it."""
-        return tuple((n, v) for n, v in self.sizes if n != "m")
+        return without_m(self.sizes)
+
+
+def without_m(sizes: Sizes) -> Sizes:
+    """A GEMM's sizes but M: the (N, K) a call must match to be routed by its M."""
+    return tuple((n, v) for n, v in sizes if n != "m")
+
+
+class _OnPurpose(str):
+    """Why a call runs torch when the export chose it (a vendor route): no warning."""
 
 
 @dataclass(frozen=True)
@@ -419,9 +428,6 @@ _ROUTES: dict[str, dict[Any, Any]] = {}  # op -> signature -> its kernel, or why
 # (op, dtype, sizes but M) -> the M ranges an export left to torch on purpose
 _VENDOR: dict[tuple[str, str, Sizes], list[VendorRoute]] = {}
 
-
-class _OnPurpose(str):
-    """Why a call runs torch when the export chose it (a vendor route): no warning."""
 # Kept alive: the ops live while it does.
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")  # type: ignore[no-untyped-call]
 # Tells torch.compile and torch.export the ops keep to what they expect of an op (a functional
@@ -534,7 +540,7 @@ def kernel_for(op: str, dtype: str, sizes: Sizes) -> PackagedKernel | None:
     if exact is not None or op != "gemm":
         return exact
     m = dict(sizes)["m"]
-    for kernel in _RANGED.get((op, dtype, tuple((n, v) for n, v in sizes if n != "m")), ()):
+    for kernel in _RANGED.get((op, dtype, without_m(sizes)), ()):
         assert kernel.m_range is not None
         if kernel.m_range[0] <= m <= kernel.m_range[1]:
             return kernel
@@ -546,7 +552,7 @@ def vendor_route_for(op: str, dtype: str, sizes: Sizes) -> VendorRoute | None:
     if op != "gemm":
         return None
     m = dict(sizes)["m"]
-    for route in _VENDOR.get((op, dtype, tuple((n, v) for n, v in sizes if n != "m")), ()):
+    for route in _VENDOR.get((op, dtype, without_m(sizes)), ()):
         if route.m_range[0] <= m <= route.m_range[1]:
             return route
     return None

@@ -165,8 +165,10 @@ def ranking_device(store: Store, study: str, measured_on: str | None) -> str | N
     else the one GPU that did. A study measured on several is refused: a kernel fastest on one
     card can lose on another (an H100's picks of the Llama layer met the bar in 11 of 16
     buckets there and in 5 on an H200, bench/llama_layer), so pooling them picks for neither."""
+    from tsopt.db.views import named_gpus
+
     devices = store.measured_devices(study)
-    named = {d: n for d, n in devices.items() if d}  # "": a record that did not say
+    named = named_gpus(devices)
     if measured_on is not None:
         if measured_on not in devices:
             raise UserInputError(

@@ -291,7 +291,9 @@ def note_another_gpu(before: dict[str, int], results: BundleResults,
                      report: IngestReport) -> None:
     """A note when these results come from a GPU the study was not measured on before: its
     ranking would then mix two cards, which `tsopt export` refuses without --measured-on."""
-    named = [d for d in before if d]  # "": a record that did not say
+    from tsopt.db.views import named_gpus
+
+    named = list(named_gpus(before))
     now = sorted({m.device for m in results.measurements if m.status == "ok" and m.device}
                  - set(named))
     if named and now:
