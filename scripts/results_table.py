@@ -438,8 +438,11 @@ def _found_after(problem: dict[str, Any], winner: dict[str, Any]) -> str:
     study = next((s for s in problem.get("studies", []) if s.get("seed") == winner["seed"]), {})
     argv = str(study.get("command", "")).split()
     workers = argv[argv.index("--workers") + 1] if "--workers" in argv[:-1] else "?"
+    config = study.get("config", {})
+    prior = config.get("cost_prior", "?")
+    target = config.get("device", {}).get("id", "?")
     return (f"a {study.get('budget', '?')} study on the GPU ({workers} build processes, "
-            "measured inline)")
+            f"measured inline; built for {target}, cost prior {prior})")
 
 
 def fig_heldout_regret(_: Sequence[CorpusRecord]) -> str:

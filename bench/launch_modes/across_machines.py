@@ -35,6 +35,11 @@ from scripts.evidence import raw_files  # noqa: E402  (the rounds' archives, fro
 ROUNDS = [("round 1", HERE / "results/launch_modes.tar.gz", "script"),
           ("round 2", HERE / "results2/launch_modes_factorial.tar.gz", "script-c20-wait"),
           ("round 3", HERE / "results3/launch_modes_factorial.tar.gz", "script-c20-wait")]
+# Round 4 (2026-12-05): the held-out decode winners (build_heldout.py), one H100 (serial
+# 1752824022824), device.sh twice on the warm machine: two runs, not two machines.
+HELDOUT = [("run 1", HERE / "results4/launch_heldout.run1.tar.gz", "script"),
+           ("run 2", HERE / "results4/launch_heldout.run2.tar.gz", "script")]
+SETS = {"suite": (ROUNDS, "machines"), "heldout": (HELDOUT, "runs on one machine")}
 
 
 def ratios(tar: Path, name: str, key: str) -> dict[str, float]:
@@ -48,12 +53,16 @@ def ratios(tar: Path, name: str, key: str) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--set", choices=sorted(SETS), default="suite",
+                        help="suite: the seed library's decode winners on three H200s (rounds "
+                             "1-3); heldout: the held-out decode winners (round 4)")
     args = parser.parse_args()
     raw_files("launch_modes")
+    rounds, unit = SETS[args.set]
     runner: dict[str, list[float]] = {}
     script: dict[str, list[float]] = {}
     per_machine: dict[str, list[float]] = {}
-    for _label, tar, prefix in ROUNDS:
+    for _label, tar, prefix in rounds:
         r = [ratios(tar, f"runner.pass{p}", "measurements") for p in (1, 2)]
         s = [ratios(tar, f"{prefix}.pass{p}", "kernels") for p in (1, 2)]
         for g in set(r[0]) & set(r[1]) & set(s[0]) & set(s[1]):
@@ -68,18 +77,19 @@ def main() -> int:
         gap = abs(rm - sm) / sm
         spread = max((max(rv) - min(rv)) / rm, (max(sv) - min(sv)) / sm)
         signed = per_machine[g]
-        one_sign = len(signed) == len(ROUNDS) and (all(x > 0 for x in signed)
+        one_sign = len(signed) == len(rounds) and (all(x > 0 for x in signed)
                                                    or all(x < 0 for x in signed))
         rows.append({"genome": g, "runner": rv, "script": sv, "R": rm, "S": sm, "gap": gap,
                      "spread": spread, "agrees": gap <= spread,
                      "gap_per_machine": signed, "one_sign_on_every_machine": one_sign})
     agree = sum(r["agrees"] for r in rows)
     biased = sum(r["one_sign_on_every_machine"] for r in rows)
-    print(f"{agree} of {len(rows)} agree within the spread between passes and machines "
-          f"({len(ROUNDS)} machines, 6 passes a side); {biased} have a gap of one sign on "
-          "every machine\n")
-    print("| genome | runner, 3 machines x 2 passes | script, same | R | S | gap G | spread P "
-          "| agrees | gap per machine |")
+    n = len(rounds)
+    print(f"{agree} of {len(rows)} agree within the spread between passes and {unit} "
+          f"({n} {unit}, {2 * n} passes a side); {biased} have a gap of one sign in "
+          f"every one of the {n}\n")
+    print(f"| genome | runner, {n} x 2 passes | script, same | R | S | gap G | spread P "
+          "| agrees | gap per run |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['genome']} | {', '.join(f'{x:.3f}' for x in r['runner'])} | "

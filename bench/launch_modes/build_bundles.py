@@ -84,39 +84,45 @@ def _targets_genome(short: str) -> dict | None:
     return None
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--build-only", action="store_true")
-    args = parser.parse_args()
-    chosen = choose()
+def build_and_write(chosen: dict[str, list[dict]], out: Path, jobs: int = 1,
+                    build_only: bool = False) -> int:
+    """Build every pick of ``chosen`` (spec -> picks with genome, short hash, why), then write
+    one graph-mode bundle per problem under ``out`` and ``winners.json`` beside them."""
     work = [(spec, pick["genome"]) for spec, picks in chosen.items() for pick in picks]
     print(f"{len(work)} winners at {len(chosen)} decode problems", flush=True)
-    with ProcessPoolExecutor(args.jobs) as pool:
+    with ProcessPoolExecutor(jobs) as pool:
         built = list(pool.map(_build, work))
     failed = [(s, e) for s, _g, a, e in built if a is None]
     for spec, error in failed:
         print(f"{spec}: not built: {error}", flush=True)
-    if args.build_only:
+    if build_only:
         return 1 if failed else 0
     from tsopt.core.bundle import BundleEntry, write_bundle
     from tsopt.core.genome import Genome
     from tsopt.core.problem import parse_problem_spec
 
-    shutil.rmtree(OUT, ignore_errors=True)
-    OUT.mkdir(parents=True)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     for spec in chosen:
         problem: Problem = parse_problem_spec(spec)
         entries = [BundleEntry(Genome.from_dict(g), Path(a), origin="library")
                    for s, g, a, _e in built if s == spec and a is not None]
         name = "launch-" + spec.replace(":", "-")
-        write_bundle(OUT / name, study=name, space=problem.op, problem=problem, arch="sm_90a",
+        write_bundle(out / name, study=name, space=problem.op, problem=problem, arch="sm_90a",
                      candidates=entries, launch="graph")
-        print(f"{OUT / name}: {len(entries)} candidates", flush=True)
-    (OUT / "winners.json").write_text(json.dumps(
+        print(f"{out / name}: {len(entries)} candidates", flush=True)
+    (out / "winners.json").write_text(json.dumps(
         {spec: [{"genome": p["short"], "why": p["why"]} for p in picks]
          for spec, picks in chosen.items()}, indent=1))
     return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--build-only", action="store_true")
+    args = parser.parse_args()
+    return build_and_write(choose(), OUT, args.jobs, args.build_only)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ for pass in 1 2; do
   timeout 70 python3 bench/launch_modes/graph_check.py --bundles "$BUNDLES" \
     --out "$W/script.pass$pass.json" > "$W/script.pass$pass.log" 2>&1
   echo "script pass $pass: rc $?" | tee -a "$W/calls.log"
+  tar czf "$OUT/launch_modes.tar.gz" -C "$W" .  # after each pass: a call cut short keeps pass 1
 done
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >> "$W/gpu.csv" 2>&1
 cp "$BUNDLES/winners.json" "$W/" 2>/dev/null
