@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from tsopt.core.devices import recorded_profile
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.core.names import check_study_name
@@ -16,7 +17,7 @@ from tsopt.core.records import DEFAULT_LAUNCH
 from tsopt.db import queries
 from tsopt.db.database import Database
 from tsopt.db.models import STUDY_STATUSES, CandidateRow, StudyRow, utcnow
-from tsopt.db.views import CandidateInfo, RankedCandidate, Rejection, StudyInfo
+from tsopt.db.views import CandidateInfo, RankedCandidate, Rejection, StudyInfo, ranking_gpu
 
 
 class StudyRecords(Database):
@@ -132,6 +133,26 @@ class StudyRecords(Database):
         """GPU name -> the study's correct, timed measurements made on it."""
         with self._reading() as session:
             return queries.measured_devices(session, self._study_row(session, study))
+
+    def ranking_gpu(self, study: str, prefer: str | None = None) -> str | None:
+        """The GPU whose measurements alone rank ``study`` in the search (its best so far, the
+        confirmation, warm starts, the seed library): :func:`tsopt.db.views.ranking_gpu` over
+        the cards it was measured on, with the profile its config records as the target, and
+        ``prefer`` (the GPU a live run measures on) before it. None where one card (or none)
+        measured it."""
+        info = self.get_study(study)
+        if info is None:
+            raise UserInputError(f"no study named {study!r}")
+        try:
+            target = recorded_profile(info.config, info.arch)
+        except UserInputError:  # a profile this version does not know: no target card
+            target = None
+        return ranking_gpu(self.measured_devices(study), target, prefer)
+
+    def ranked_on_card(self, study: str, limit: int | None = None,
+                       prefer: str | None = None) -> list[RankedCandidate]:
+        """:meth:`ranked` on the measurements of :meth:`ranking_gpu` alone."""
+        return self.ranked(study, limit, device=self.ranking_gpu(study, prefer))
 
     def measured_hashes(self, study: str) -> set[str]:
         with self._reading() as session:

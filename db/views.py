@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from tsopt.core.devices import DeviceProfile, is_part
 from tsopt.core.genome import Genome
 from tsopt.core.problem import Problem
 from tsopt.core.records import BuildResult, Measurement, Verdict
@@ -20,6 +21,23 @@ def named_gpus(devices: dict[str, int]) -> dict[str, int]:
     """:meth:`tsopt.db.store.Store.measured_devices` less the measurements that named no GPU
     (device ""): the cards a study was measured on, for telling whether it spans several."""
     return {device: n for device, n in devices.items() if device}
+
+
+def ranking_gpu(devices: dict[str, int], target: DeviceProfile | None,
+                prefer: str | None = None) -> str | None:
+    """The one GPU whose measurements rank a study measured on ``devices`` (GPU name -> count)
+    and built for ``target``; None where it was measured on one card or none (nothing to keep
+    apart). A kernel fastest on one card can lose on another, so several are never pooled:
+    ``prefer`` (the GPU a live run measures on) where it measured the study, else the study's
+    target card where it did, else the card with the most measurements (ties: the name that sorts last)."""
+    named = named_gpus(devices)
+    if len(named) < 2:
+        return None
+    if prefer in named:
+        return prefer
+    on_target = {d: n for d, n in named.items() if target is not None and is_part(target, d)}
+    pool = on_target or named
+    return max(pool, key=lambda d: (pool[d], d))
 
 
 FUNNEL_STAGES: tuple[str, ...] = (

@@ -12,7 +12,7 @@ from typing import Any
 from tsopt.core.errors import UserInputError
 from tsopt.core.genome import Genome
 from tsopt.db.store import Store
-from tsopt.db.views import CandidateInfo, RankedCandidate, StudyInfo, named_gpus
+from tsopt.db.views import CandidateInfo, RankedCandidate, StudyInfo
 from tsopt.reports.importance import METHOD, MIN_TIMED, RELIABLE_TIMED, importance
 from tsopt.reports.schedule import schedule_view
 from tsopt.verify.verifier import search_bound
@@ -155,17 +155,15 @@ def launch_text(launch: str, measured: dict[str, int]) -> str:
         f"; {n} measurement{'s' if n != 1 else ''} in {mode} mode" for mode, n in others.items())
 
 
-def ranked_on(devices: dict[str, int]) -> tuple[str | None, str]:
-    """The GPU a study's ranking reads, and the page's line on the GPUs it was measured on. A
-    study measured on several is ranked on the one with the most measurements (another card
-    ranks kernels differently, so they are never pooled), and the line says so."""
-    named = named_gpus(devices)
+def ranked_on(devices: dict[str, int], card: str | None) -> str:
+    """The page's line on the GPUs a study was measured on, and the one its ranking reads
+    (:meth:`tsopt.db.store.Store.ranking_gpu`: another card ranks kernels differently, so they
+    are never pooled)."""
     listed = ", ".join(f"{d} ({n})" for d, n in devices.items()) or "nothing measured yet"
-    if len(named) < 2:
-        return None, listed
-    card = max(named, key=lambda d: (named[d], d))
-    return card, (f"{listed}; ranked on {card} alone (`tsopt export --measured-on` picks the "
-                  "card)")
+    if card is None:
+        return listed
+    return (f"{listed}; ranked on {card} alone (the study's target card where it measured "
+            "it, else the most measured; `tsopt export --measured-on` picks the card)")
 
 
 def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, Any]:
@@ -175,7 +173,8 @@ def study_document(store: Store, name: str, top: int = TOP_ROWS) -> dict[str, An
         raise UserInputError(f"no study named {name!r} in the database; `tsopt report` lists them")
     candidates = store.candidates(name)
     funnel = store.funnel(name)
-    card, measured_on = ranked_on(store.measured_devices(name))
+    card = store.ranking_gpu(name)
+    measured_on = ranked_on(store.measured_devices(name), card)
     ranked = store.ranked(name, limit=top, device=card)
     timed: list[tuple[Genome, float]] = []
     for c in candidates:

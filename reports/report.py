@@ -98,7 +98,7 @@ def list_studies(store: Store, console: Console) -> int:
     table.add_column("best", justify="right", no_wrap=True)
     for info in studies:
         funnel = store.funnel(info.name)
-        best = store.ranked(info.name, limit=1)
+        best = store.ranked_on_card(info.name, limit=1)
         table.add_row(
             info.name, info.space, info.problem_key, info.arch, info.status,
             f"{funnel['timed']}/{funnel['tsopt_checked']}/{funnel['proposed']}",

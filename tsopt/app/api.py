@@ -224,7 +224,7 @@ def tune(space: str, problem: str | Problem | dict[str, Any], *, trials: int | N
     name = driver.name  # the device profile the run chose may have named it
     with Store(db) as store:
         funnel = tuple(store.funnel(name).items())
-        ranked = store.ranked(name, limit=1)
+        ranked = store.ranked_on_card(name, limit=1)
     best = None
     if ranked:
         m = ranked[0].measurement

@@ -300,8 +300,10 @@ def note_another_gpu(before: dict[str, int], results: BundleResults,
         report.notes.append(
             f"study {report.study!r} was measured on {', '.join(named)} before; this run "
             f"was measured on {', '.join(now)}. Its candidates now hold measurements of "
-            f"{len(named) + len(now)} GPUs; the sampler keeps each trial's first value (a "
-            "trial is told once), and `tsopt export` ranks on one card (--measured-on)")
+            f"{len(named) + len(now)} GPUs, never pooled: the search ranks on one card (the "
+            "study's target where it measured it, else the most measured) and plans evolve's "
+            "next proposals from that card's figures, and `tsopt export` asks which card "
+            "(--measured-on)")
 
 
 def _print(console: Console, report: IngestReport, bundle: Path) -> None:

@@ -122,7 +122,7 @@ def study_targets(store: Store, study: str, top: int) -> list[ProveTarget]:
     if info is None:
         known = ", ".join(s.name for s in store.list_studies()) or "none"
         raise UserInputError(f"no study named {study!r} in this database (studies: {known})")
-    ranked = store.ranked(study, limit=top)
+    ranked = store.ranked_on_card(study, limit=top)
     if not ranked:
         raise UserInputError(f"study {study!r} has no correct timed candidate to prove")
     return [ProveTarget(r.genome, info.problem, f"{study} rank {r.rank} {r.genome.short_hash}")

@@ -159,7 +159,7 @@ class StudyState:
             return
         funnel = store.funnel(self.name)
         self.built, self.timed = funnel.get("built", 0), funnel.get("timed", 0)
-        ranked = store.ranked(self.name, limit=1)
+        ranked = store.ranked_on_card(self.name, limit=1)
         if ranked:
             best = ranked[0]
             self.ratio = best.standing.ratio if best.standing is not None else best.measurement.ratio

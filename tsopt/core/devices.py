@@ -180,20 +180,35 @@ def recorded_profile(config: dict[str, Any], arch: str) -> DeviceProfile:
     return resolve_profile(str(name) if name else None, arch)
 
 
+def _name_match(profile: DeviceProfile, device_name: str) -> int:
+    """Length of the longest of the profile's names that ``device_name`` holds as whole words."""
+    return max((len(t) for t in profile.torch_names
+                if re.search(rf"(?<![A-Za-z0-9]){re.escape(t)}(?![A-Za-z0-9])",
+                             device_name, re.IGNORECASE)), default=0)
+
+
+def _named_parts(device_name: str, arch: str) -> list[DeviceProfile]:
+    """The known profiles of ``arch`` that name the GPU ``device_name`` best (the longest name
+    that matches wins: ``H100 PCIe`` before ``H100``); none for an unknown GPU."""
+    scored = [(_name_match(p, device_name), p) for p in PROFILES.values() if p.arch == arch]
+    best = max((score for score, _ in scored), default=0)
+    return [p for score, p in scored if score and score == best]
+
+
+def is_part(profile: DeviceProfile, device_name: str) -> bool:
+    """Whether the GPU torch names ``device_name`` is ``profile``'s part, or the part a derived
+    profile (a MIG slice) was made from: ``NVIDIA H200`` is ``H200_SXM``'s, an ``NVIDIA H100
+    80GB HBM3`` is not. An unknown GPU is no profile's."""
+    base = profile.derived_from or profile.id
+    return any(p.id == base for p in _named_parts(device_name, profile.arch))
+
+
 def profile_for_gpu(device_name: str, sm_count: int, arch: str) -> DeviceProfile:
     """The profile of the GPU torch names ``device_name`` with ``sm_count`` multiprocessors:
-    the known part of that name and SM count (the longest name that matches wins: ``H100
-    PCIe`` before ``H100``); a part of that name with fewer SMs (a MIG slice) or an unknown
-    GPU of the arch gets a profile derived from its real SM count (:func:`derive_profile`)."""
-    def matched(profile: DeviceProfile) -> int:
-        """Length of the longest of its names that ``device_name`` holds as whole words."""
-        return max((len(t) for t in profile.torch_names
-                    if re.search(rf"(?<![A-Za-z0-9]){re.escape(t)}(?![A-Za-z0-9])",
-                                 device_name, re.IGNORECASE)), default=0)
-
-    scored = [(matched(p), p) for p in PROFILES.values() if p.arch == arch]
-    best = max((score for score, _ in scored), default=0)
-    named = [p for score, p in scored if score and score == best]
+    the known part of that name and SM count (:func:`_named_parts`); a part of that name with
+    fewer SMs (a MIG slice) or an unknown GPU of the arch gets a profile derived from its real
+    SM count (:func:`derive_profile`)."""
+    named = _named_parts(device_name, arch)
     for profile in named:
         if profile.sm_count == sm_count:
             return profile

@@ -86,9 +86,12 @@ def confirmation_requests(ranked: list[RankedCandidate], problem: dict[str, obje
     return order
 
 
-def name_winner(store: Store, study: str, confirmed: int) -> Winner | None:
-    """The first of the study's ranking, with the ones its interval overlaps."""
-    standings = [r.standing for r in store.ranked(study) if r.standing is not None]
+def name_winner(store: Store, study: str, confirmed: int,
+                prefer: str | None = None) -> Winner | None:
+    """The first of the study's ranking (on one GPU's measurements: ``prefer``, the GPU that
+    confirmed, where it measured the study), with the ones its interval overlaps."""
+    standings = [r.standing for r in store.ranked_on_card(study, prefer=prefer)
+                 if r.standing is not None]
     ordered = rank(standings)
     if not ordered:
         return None

@@ -127,10 +127,25 @@ class Driver:
         finally:
             self.store.close()
 
+    def _plan_on_one_card(self) -> None:
+        """Evolve's parents from one GPU's figures where the study was measured on several:
+        Optuna holds each trial's first figure only (outcomes.card_values)."""
+        from tsopt.search.outcomes import card_values
+
+        found = card_values(self.store, self.name, self.study, self.device)
+        if found is None:
+            return
+        card, values, elsewhere = found
+        self.sampler.use_card_values(values, elsewhere)
+        self.console.print(
+            f"sampler: measured on several GPUs; parents ranked on {card}'s figures "
+            f"({len(values)} trials), {len(elsewhere)} timed on other GPUs only count as "
+            "unmeasured", highlight=False)
+
     def _note_earlier_best(self) -> None:
         """The study's rank 1 from its earlier runs (an ingested bundle, a run on another
         machine), for the live view: a resumed run has timed nothing of its own at first."""
-        top = self.store.ranked(self.name, limit=1)
+        top = self.store.ranked_on_card(self.name, limit=1)
         if not top:
             return
         standing, measured = top[0].standing, top[0].measurement
@@ -164,6 +179,8 @@ class Driver:
             self.sampler.bind(self.space, request.problem,
                               declared_legal(self.space, request.problem, self.predict),
                               self.proposer.nearest_legal, self.prior)
+        if hasattr(self.sampler, "use_card_values"):
+            self._plan_on_one_card()
         self.bundle_dir = request.bundle_dir or Path(".tsopt") / "bundles" / self.name
         self._note_earlier_best()
         heartbeat = Heartbeat(self.store, self.run_id, HEARTBEAT_S)

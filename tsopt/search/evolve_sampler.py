@@ -47,6 +47,10 @@ class EvolveSampler(optuna.samplers.BaseSampler):
         self.options = options
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self._plans: dict[int, Params] = {}
+        # Trial number -> its value on the one GPU the study ranks on, and the trials measured
+        # on other GPUs only (use_card_values); empty: the told values, as Optuna holds them.
+        self._card_values: dict[int, float] = {}
+        self._elsewhere: frozenset[int] = frozenset()
         self._choices: dict[str, tuple[Any, ...]] = (
             {k.name: tuple(view.choices(k.name, k.choices)) for k in view.knobs}
             if view is not None else {})
@@ -82,6 +86,16 @@ class EvolveSampler(optuna.samplers.BaseSampler):
                         search_space: dict[str, Any]) -> dict[str, Any]:
         return {}
 
+    def use_card_values(self, values: Mapping[int, float], elsewhere: set[int]) -> None:
+        """Plan from one GPU's figures where a study was measured on several. A trial is told
+        once, with the first figure that reached it (an H100's, say, before the H200 it is
+        tuned for measured it), and a kernel fastest on one card can lose on another. So a
+        trial in ``values`` counts with that value instead of its told one, and a trial in
+        ``elsewhere`` (timed only on another GPU) counts as pending: its genome is known and
+        not proposed again, but it ranks no parent."""
+        self._card_values = dict(values)
+        self._elsewhere = frozenset(elsewhere)
+
     def before_trial(self, study: Any, trial: Any) -> None:
         if trial.system_attrs.get("fixed_params"):
             return  # an enqueued trial (library, warm start) keeps its values
@@ -92,7 +106,11 @@ class EvolveSampler(optuna.samplers.BaseSampler):
             for name, dist in t.distributions.items():
                 if isinstance(dist, CategoricalDistribution) and name not in self._choices:
                     self._choices[name] = tuple(dist.choices)
-            if t.state == TrialState.COMPLETE and t.value is not None:
+            if t.number in self._card_values:
+                history.append(Observation(dict(t.params), self._card_values[t.number]))
+            elif t.number in self._elsewhere:
+                pending.append(dict(t.params))
+            elif t.state == TrialState.COMPLETE and t.value is not None:
                 history.append(Observation(dict(t.params), float(t.value)))
             elif t.state in (TrialState.PRUNED, TrialState.FAIL):
                 history.append(Observation(dict(t.params), None))

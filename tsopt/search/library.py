@@ -248,7 +248,7 @@ def entries_from_store(store: Store, studies: Sequence[str] | None = None,
             continue
         if studies is None and info.status != "finished":
             continue
-        for ranked in store.ranked(info.name, limit=per_problem):
+        for ranked in store.ranked_on_card(info.name, limit=per_problem):
             standing, measured = ranked.standing, ranked.measurement
             ratio = standing.ratio if standing is not None and standing.ratio else measured.ratio
             if ratio is None or not math.isfinite(ratio) or ratio <= 0:

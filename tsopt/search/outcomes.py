@@ -165,3 +165,26 @@ def add_finished_trial(study: optuna.Study, outcome: Outcome,
     storage = study._storage
     trial_id = storage.create_new_trial(study._study_id, template_trial=frozen)
     return int(storage.get_trial_number_from_id(trial_id))
+
+
+def card_values(store: Store, study_name: str, study: Any,
+                target: Any = None) -> tuple[str, dict[int, float], set[int]] | None:
+    """Where a study was measured on several GPUs: the card it ranks on
+    (:func:`tsopt.db.views.ranking_gpu`, ``target`` the profile this run builds for), each
+    trial's value on it (:data:`OBJECTIVE`, from its standing there: the median over that card's
+    measurements) and the trials timed on other cards only. None for a study measured on one
+    card or none, and for one that minimises :data:`LEGACY_OBJECTIVE` (absolute times)."""
+    from tsopt.db.views import ranking_gpu
+
+    if getattr(study, "metric_names", None) == [LEGACY_OBJECTIVE]:
+        return None
+    card = ranking_gpu(store.measured_devices(study_name), target)
+    if card is None:
+        return None
+    values = {r.trial_number: 1.0 / r.standing.ratio
+              for r in store.ranked(study_name, device=card)
+              if r.trial_number is not None and r.standing is not None
+              and r.standing.ratio is not None and r.standing.ratio > 0}
+    elsewhere = {r.trial_number for r in store.ranked(study_name)
+                 if r.trial_number is not None and r.trial_number not in values}
+    return card, values, elsewhere

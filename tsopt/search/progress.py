@@ -282,7 +282,7 @@ def print_summary(console: Console, store: Store, name: str, stats: TuneStats, m
                                                sorted(nodes.items(), key=lambda x: -x[1]))
                       + " (the study's candidates, by the node whose worker built them)",
                       highlight=False)
-    ranked = store.ranked(name, limit=1)
+    ranked = store.ranked_on_card(name, limit=1)
     if ranked:
         best = ranked[0].measurement
         ratio = f", {best.ratio:.3f}x {best.baseline_name}" if best.ratio is not None else ""

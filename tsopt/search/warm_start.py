@@ -73,7 +73,7 @@ def nearby_best(store: Store, space: str, problem: Problem, arch: str, exclude: 
     picked: list[WarmStart] = []
     seen: set[str] = set()
     for distance, name, key in sorted(near)[:studies]:
-        for ranked in store.ranked(name, limit=per_study):
+        for ranked in store.ranked_on_card(name, limit=per_study):
             if ranked.genome_hash in seen:
                 continue
             seen.add(ranked.genome_hash)

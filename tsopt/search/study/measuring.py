@@ -72,6 +72,7 @@ class MeasureStage:
         self.bundle, self.interrupted = bundle, interrupted
         self.rechecks = 0  # contender re-measurements submitted in this run
         self.machine_checked = False
+        self.card: str | None = None  # the GPU this run measures on, from its first timing
         self.baselines_recorded: set[tuple[str, str]] = set()
         self.gpu_queued_at: dict[int, float] = {}  # id(tag) -> monotonic, handed to the GPUs
 
@@ -152,6 +153,7 @@ class MeasureStage:
         if self.machine_checked or measured.status != "ok":
             return
         self.machine_checked = True
+        self.card = measured.device or None
         limit = measured.conditions.get("sm_mhz_limit")
         now = (measured.device, measured.driver, limit)
         seen = set()
@@ -164,11 +166,14 @@ class MeasureStage:
         if seen and before:
             was = "; ".join(f"{d} (driver {v or '?'}, SM clock limit {c or '?'} MHz)"
                             for d, v, c in sorted(before, key=str))
+            other_gpu = any(d != now[0] for d, _v, _c in before)
+            kept = (f"another GPU ranks kernels differently, so this run ranks its best and its "
+                    f"confirmation on {now[0]}'s measurements alone" if other_gpu else
+                    "ratios to the baseline stay comparable, absolute times do not")
             self.console.print(
                 f"[yellow]note:[/] study {self.name} was measured before on {was}; this run "
                 f"measures on {now[0]} (driver {now[1] or '?'}, SM clock limit {now[2] or '?'} "
-                "MHz): ratios to the baseline stay comparable, absolute times do not",
-                highlight=False)
+                f"MHz): {kept}", highlight=False)
             self.study.set_user_attr("machines_changed", True)
 
     # -- measuring again: contenders, and the final confirmation ---------------------------
@@ -179,7 +184,7 @@ class MeasureStage:
         pool's worker that measured the candidate)."""
         if self.workers.measure is None or measured.ratio is None or self.interrupted():
             return
-        ranked = self.store.ranked(self.name, limit=2)
+        ranked = self.store.ranked_on_card(self.name, limit=2, prefer=measured.device or None)
         incumbent = next((r for r in ranked if r.genome_hash != job.genome.hash), None)
         if (incumbent is None or incumbent.standing is None or incumbent.standing.ratio is None
                 or measured.ratio < incumbent.standing.ratio * (1 - CONTENDER_WITHIN)):
@@ -209,7 +214,7 @@ class MeasureStage:
         """The final paired round over the top k, then the winner named (tsopt.search.confirm)."""
         if self.workers.measure is None or self.interrupted():
             return
-        ranked = self.store.ranked(self.name, limit=CONFIRM_TOP_K)
+        ranked = self.store.ranked_on_card(self.name, limit=CONFIRM_TOP_K, prefer=self.card)
         order = confirmation_requests(ranked, self.problem.to_dict(), gpu=0, launch=self.launch)
         if len(ranked) < 2 or not order:
             return
@@ -221,7 +226,7 @@ class MeasureStage:
                and not self.interrupted()):
             for done in self.workers.measure.poll(POLL_S):
                 self.measured(done)
-        winner = name_winner(self.store, self.name, len(ranked))
+        winner = name_winner(self.store, self.name, len(ranked), prefer=self.card)
         if winner is None:
             return
         self.console.print(winner.describe(), highlight=False)
