@@ -110,9 +110,11 @@ def test_the_report_ranks_a_study_measured_on_two_cards_on_one(tmp_path: Path) -
             m = dataclasses.replace(timed(g, "graph"), device=card, ratio=ratio)
             store.record_measurement(ids[g.hash], m, f"run-{card}")
         doc = study_document(store, "two-cards")
+        # No profile names a simulated card: the most measured ranks.
         assert doc["measured_on_text"] == ("SIMULATED A (2), SIMULATED B (1); ranked on "
-                                           "SIMULATED A alone (`tsopt export --measured-on` "
-                                           "picks the card)")
+                                           "SIMULATED A alone (the study's target card where "
+                                           "it measured it, else the most measured; `tsopt "
+                                           "export --measured-on` picks the card)")
         assert [r["hash"] for r in doc["table"]["rows"]] == [one.hash, two.hash]
 
 
