@@ -4,8 +4,9 @@
 # then the script in four variants: calls per graph (20, the first script's; 32, the runner's
 # GRAPH_MIN_LAUNCHES) x replays (each waited for: the GPU idles before every replay; queued:
 # back to back, as the runner and a serving loop replay). Everything into one archive.
-# VARIANTS (env) chooses others: "<calls> <wait|queued> [batch]" separated by commas; round 3
-# (2026-12-04) ran VARIANTS="20 wait,32 queued 10" (the first script; the runner's own pacing).
+# VARIANTS (env) chooses others: "<calls> <wait|queued> [batch] [regions]" separated by commas;
+# round 3 (2026-12-04) ran VARIANTS="20 wait,32 queued 10" (the first script; the runner's own
+# pacing); "regions": the script on the runner's buffer layout (graph_check.py --regions).
 set -u
 BUNDLES=${1:-carry/launch_modes}
 OUT=${OUT:-/tmp/launch_modes_out}
@@ -22,8 +23,11 @@ for pass in 1 2; do
   for variant in "${variants[@]}"; do
     set -- $variant
     flag=""; [ "$2" = queued ] && flag="--queued"
-    name="script-c$1-$2.pass$pass"
-    if [ -n "${3:-}" ]; then flag="$flag --batch $3"; name="script-c$1-$2-b$3.pass$pass"; fi
+    name="script-c$1-$2"
+    if [[ "${3:-}" =~ ^[0-9]+$ ]]; then flag="$flag --batch $3"; name="$name-b$3"; fi
+    # "regions" anywhere after the first two: the runner's buffer layout (graph_check --regions)
+    if [[ " ${*:3} " == *" regions "* ]]; then flag="$flag --regions"; name="$name-regions"; fi
+    name="$name.pass$pass"
     timeout 70 python3 bench/launch_modes/graph_check.py --bundles "$BUNDLES" --calls "$1" $flag \
       --out "$W/$name.json" > "$W/$name.log" 2>&1
     echo "$name: rc $?" | tee -a "$W/calls.log"

@@ -1,7 +1,8 @@
 """Round 2 of bench/launch_modes: per script variant, its gap to the runner's graph ratio.
 
 Reads what ``factorial.sh`` brought back (the folder or ``launch_modes_factorial.tar.gz``):
-``runner.pass{1,2}.json`` and ``script-c{20,32}-{wait,queued}.pass{1,2}.json``. Per kernel and
+``runner.pass{1,2}.json`` and ``script-<variant>.pass{1,2}.json`` (``c20-wait``, ..., and any
+other variant ``factorial.sh`` ran, e.g. ``c20-wait-regions``). Per kernel and
 variant: R and S (means of two passes), G = |R - S| / S, and P, the pass-to-pass spread (the
 larger of |R1 - R2| / R and |S1 - S2| / S); "agrees" when G <= P, the rule of round 1
 (``summarise.py``). Prints a table per variant and the agreement counts.
@@ -47,7 +48,8 @@ def main() -> int:
     base = folder(args.results)
     runner = [rows(base / f"runner.pass{p}.json", "measurements") for p in (1, 2)]
     out: dict[str, Any] = {}
-    for variant in VARIANTS:
+    found = sorted(f.name[len("script-"):-len(".pass1.json")] for f in base.glob("script-*.pass1.json"))
+    for variant in [*VARIANTS, *(v for v in found if v not in VARIANTS)]:
         script = [rows(base / f"script-{variant}.pass{p}.json", "kernels") for p in (1, 2)]
         if not script[0]:
             continue

@@ -44,6 +44,7 @@ CALLS = 20  # calls per graph, as the 2026-12-03 launch-mode study captured them
 ROUNDS = 60
 WARMUP_S = 0.5
 MAX_SETS = 256
+ALIGN_BYTES = 256  # the runner's alignment of each tensor in its regions (--regions)
 
 
 def export_loader():  # type: ignore[no-untyped-def]
@@ -105,8 +106,36 @@ def replays_us(graphs: list[torch.cuda.CUDAGraph]) -> list[float]:
     return [s.elapsed_time(e) * 1e3 for s, e in events]
 
 
+def make_sets(m: int, n: int, k: int, dtype: torch.dtype, n_sets: int, std: float,
+              gen: torch.Generator, regions: bool) -> list[tuple[torch.Tensor, ...]]:
+    """``n_sets`` of (A, B, D): each tensor its own allocation from torch's allocator, or with
+    ``regions`` the runner's layout (``workers/buffers.py``, rewritten here so that this script
+    stays independent of it): every set's A and B in one allocation, every D in another, each
+    tensor at a 256-byte aligned offset."""
+    if not regions:
+        return [(torch.randn(m, k, device="cuda", dtype=dtype, generator=gen) * std,
+                 torch.randn(n, k, device="cuda", dtype=dtype, generator=gen) * std,
+                 torch.empty(m, n, device="cuda", dtype=dtype)) for _ in range(n_sets)]
+    per = ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+
+    def aligned(numel: int) -> int:
+        return (numel + per - 1) // per * per
+
+    a_len, b_len, d_len = aligned(m * k), aligned(n * k), aligned(m * n)
+    inputs = torch.empty((a_len + b_len) * n_sets, device="cuda", dtype=dtype)
+    inputs.normal_(0.0, std, generator=gen)
+    outputs = torch.empty(d_len * n_sets, device="cuda", dtype=dtype)
+    sets = []
+    for i in range(n_sets):
+        base = i * (a_len + b_len)
+        sets.append((inputs[base:base + m * k].view(m, k),
+                     inputs[base + a_len:base + a_len + n * k].view(n, k),
+                     outputs[i * d_len:i * d_len + m * n].view(m, n)))
+    return sets
+
+
 def time_kernel(loader, artifact: Path, calls: int = CALLS,  # type: ignore[no-untyped-def]
-                queued: bool = False, batch: int = 1) -> dict:
+                queued: bool = False, batch: int = 1, regions: bool = False) -> dict:
     kernel = loader.load_kernel(artifact)
     kernel.load_module()
     problem = kernel.manifest.problem
@@ -117,9 +146,7 @@ def time_kernel(loader, artifact: Path, calls: int = CALLS,  # type: ignore[no-u
     n_sets = min(MAX_SETS, max(2, 2 * l2 // set_bytes + 1))
     gen = torch.Generator(device="cuda").manual_seed(1234)
     std = k ** -0.25
-    sets = [(torch.randn(m, k, device="cuda", dtype=dtype, generator=gen) * std,
-             torch.randn(n, k, device="cuda", dtype=dtype, generator=gen) * std,
-             torch.empty(m, n, device="cuda", dtype=dtype)) for _ in range(n_sets)]
+    sets = make_sets(m, n, k, dtype, n_sets, std, gen, regions)
     a, b, d = sets[0]
     kernel(a, b, out=d)
     torch.cuda.synchronize()
@@ -152,7 +179,7 @@ def time_kernel(loader, artifact: Path, calls: int = CALLS,  # type: ignore[no-u
     return {
         "genome_hash": kernel.manifest.genome_hash, "problem": problem, "rel_err": rel_err,
         "buffer_sets": n_sets, "calls_per_graph": len(picks), "rounds": ROUNDS,
-        "queued": queued, "batch": batch,
+        "queued": queued, "batch": batch, "regions": regions,
         "ratio": med, "ratio_lo": lo, "ratio_hi": hi,
         "ratio_p10": quantile(ratios, 0.1), "ratio_p90": quantile(ratios, 0.9),
         "median_us": statistics.median(cand_us), "baseline_median_us": statistics.median(base_us),
@@ -168,6 +195,9 @@ def main() -> int:
                         help="queue a round's replays back to back (no idle GPU between them)")
     parser.add_argument("--batch", type=int, default=1,
                         help="with --queued: replays of one side in a row (the runner: 10)")
+    parser.add_argument("--regions", action="store_true",
+                        help="the runner's buffer layout: one allocation for every set's inputs, "
+                             "one for the outputs, 256-byte aligned (default: torch tensors)")
     args = parser.parse_args()
     loader = export_loader()
     rows: list[dict] = []
@@ -178,7 +208,7 @@ def main() -> int:
         for c in manifest["candidates"]:
             try:
                 row = time_kernel(loader, bundle / c["artifact"], args.calls, args.queued,
-                                  args.batch)
+                                  args.batch, args.regions)
             except Exception as exc:  # noqa: BLE001 - one kernel's failure is its row
                 row = {"genome_hash": c["genome_hash"], "error": f"{type(exc).__name__}: {exc}"}
             row["bundle"] = bundle.name
