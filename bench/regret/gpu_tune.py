@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import os
 import socket
 import sqlite3
@@ -189,6 +190,18 @@ def measure_problem(problem: Any, facts: dict[str, Any], args: argparse.Namespac
     return entry
 
 
+def keep_database(db: Path, out: Path) -> Path | None:
+    """The study database, xz-compressed beside ``out`` (a call's ``$OUT``): which genomes the
+    study built and how each measured, for reading afterwards (the trajectory names them by
+    short hash only)."""
+    if not db.exists():
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    target = out.parent / (db.name + ".xz")
+    target.write_bytes(lzma.compress(db.read_bytes(), preset=6))
+    return target
+
+
 def write(out: Path, work: Path, doc: dict[str, Any]) -> None:
     text = json.dumps(doc, sort_keys=True) + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -237,6 +250,9 @@ def main() -> int:
             doc["left"].append(name)
             continue
         facts = run_study(held[name], args)
+        kept = keep_database(args.work / f"{name}-s{args.seed}.db", args.out)
+        if kept is not None:
+            facts["database"] = kept.name
         entry = measure_problem(held[name], facts, args, stop_at)
         doc["problems"].append(entry)
         doc["wall_s"] = round(time.time() - start, 1)
