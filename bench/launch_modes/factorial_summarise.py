@@ -48,7 +48,8 @@ def main() -> int:
     base = folder(args.results)
     runner = [rows(base / f"runner.pass{p}.json", "measurements") for p in (1, 2)]
     out: dict[str, Any] = {}
-    found = sorted(f.name[len("script-"):-len(".pass1.json")] for f in base.glob("script-*.pass1.json"))
+    found = sorted(f.name[len("script-"):-len(".pass1.json")]
+                   for f in base.glob("script-*.pass1.json"))
     for variant in [*VARIANTS, *(v for v in found if v not in VARIANTS)]:
         script = [rows(base / f"script-{variant}.pass{p}.json", "kernels") for p in (1, 2)]
         if not script[0]:
@@ -72,8 +73,10 @@ def main() -> int:
         out[variant] = {"kernels": table, "agree": agree, "of": len(table),
                         "median_gap": statistics.median(gaps) if gaps else None,
                         "max_gap": max(gaps) if gaps else None}
+        summary = out[variant]
         print(f"\n## script {variant}: {agree} of {len(table)} agree; gap median "
-              f"{100 * (out[variant]['median_gap'] or 0):.2f} %, max {100 * (out[variant]['max_gap'] or 0):.2f} %\n")
+              f"{100 * (summary['median_gap'] or 0):.2f} %, "
+              f"max {100 * (summary['max_gap'] or 0):.2f} %\n")
         print("| genome | runner R1, R2 | script S1, S2 | gap G | spread P | agrees |")
         print("|---|---|---|---|---|---|")
         for t in table:

@@ -86,11 +86,11 @@ class TsSearch:
     ``aliasing`` ``"model"`` (the overlaps are in the model), ``tool_version`` the DSL
     checker's (``ts-model1/dsl-4.8.1/<digest of its source>``). A search kept before
     2026-12-04 has the old key (a digest of the space's ``ts_schedule_key`` and domain, of the
-    SMEM overlaps by name, and the verifier's version): readable, never matched. ``error`` is TS's rejection (None: the search found nothing) and
-    ``bounded`` the state bound that cut it short (None: it was complete). ``domain`` is the
-    number of iterations searched, ``states`` the states TS explored (every BFS of the
-    search together; None in a record made before they were counted), ``max_states`` the
-    bound it ran under.
+    SMEM overlaps by name, and the verifier's version): readable, never matched. ``error`` is
+    TS's rejection (None: the search found nothing) and ``bounded`` the state bound that cut
+    it short (None: it was complete). ``domain`` is the number of iterations searched,
+    ``states`` the states TS explored (every BFS of the search together; None in a record
+    made before they were counted), ``max_states`` the bound it ran under.
     """
 
     space: str

@@ -130,8 +130,11 @@ class Driver:
     def _plan_on_one_card(self) -> None:
         """Evolve's parents from one GPU's figures where the study was measured on several:
         Optuna holds each trial's first figure only (outcomes.card_values)."""
+        from tsopt.search.evolve_sampler import EvolveSampler
         from tsopt.search.outcomes import card_values
 
+        if not isinstance(self.sampler, EvolveSampler):
+            return  # the others read Optuna's told values as they are
         found = card_values(self.store, self.name, self.study, self.device)
         if found is None:
             return
@@ -179,8 +182,7 @@ class Driver:
             self.sampler.bind(self.space, request.problem,
                               declared_legal(self.space, request.problem, self.predict),
                               self.proposer.nearest_legal, self.prior)
-        if hasattr(self.sampler, "use_card_values"):
-            self._plan_on_one_card()
+        self._plan_on_one_card()
         self.bundle_dir = request.bundle_dir or Path(".tsopt") / "bundles" / self.name
         self._note_earlier_best()
         heartbeat = Heartbeat(self.store, self.run_id, HEARTBEAT_S)
