@@ -660,3 +660,12 @@ def test_a_study_resumed_on_another_device_is_told_so(tmp_path: Path, space) -> 
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert f"was measured before on {SYNTHETIC_DEVICE}" in text
     assert "this run measures on SYNTHETIC other GPU" in text
+    # Its best and its confirmation rank on the card it measures on, never both pooled.
+    assert "confirmation on SYNTHETIC other GPU's measurements alone" in text
+    assert text.index("confirming the top") > text.index("this run measures on")
+    with Store(url) as store:
+        assert set(store.measured_devices(again.name)) == {SYNTHETIC_DEVICE,
+                                                          "SYNTHETIC other GPU"}
+        on_card = store.ranked(again.name, device="SYNTHETIC other GPU")
+    study = optuna.load_study(study_name=again.name, storage=url)
+    assert study.user_attrs["winner"] == on_card[0].genome_hash
