@@ -23,14 +23,5 @@ python3 bench/regret/measure_bundles.py "$BUNDLES" --deadline "$DEADLINE" --rese
 rm -rf /tmp/llama-pkg
 python3 bench/llama_layer/best_artifacts.py "$BUNDLES" --package /tmp/llama-pkg --json "$OUT/picks.json"
 echo "packed at ${SECONDS} s"
-timeout 140 python3 -u bench/llama_layer/layer.py --package /tmp/llama-pkg --json "$OUT/layer.json" \
-    --passes 2 > "$OUT/layer.log" 2>&1
-echo "layer rc=$? at ${SECONDS} s"
-left=$((570 - SECONDS))
-if [ "$left" -gt 30 ]; then
-  timeout "$left" python3 -u bench/serving/check_dispatch.py --package /tmp/llama-pkg \
-      --json "$OUT/dispatch.json" > "$OUT/dispatch.log" 2>&1
-  echo "dispatch rc=$? at ${SECONDS} s"
-fi
-grep -E "^bucket|^MLP" "$OUT/layer.log"
-tail -3 "$OUT/dispatch.log" 2>/dev/null
+source bench/llama_layer/layer_dispatch.sh
+layer_and_dispatch /tmp/llama-pkg 140

@@ -21,7 +21,8 @@ WORKLOAD=$ROOT/examples/llama3_8b_layer.toml
 STATE=${LLAMA_STATE:-.tsopt/llama}
 STAGED=carry/llama_h200
 DB=/tmp/llama/llama.db
-tsopt() { (cd /tmp/llama && PYTHONPATH="$ROOT:${PYTHONPATH:-}" python3 -m tsopt "$@"); }
+export PYTHONPATH="$ROOT:${PYTHONPATH:-}"  # tsopt from this checkout, run in /tmp/llama
+tsopt() { (cd /tmp/llama && python3 -m tsopt "$@"); }
 
 case "$STAGE" in
 stage)
@@ -45,9 +46,9 @@ measure)
   ;;
 tune)
   : "${OUT:?set OUT}"
-  timeout -s INT 560 bash -c "cd /tmp/llama && PYTHONPATH='$ROOT:${PYTHONPATH:-}' python3 -m tsopt \
-      tune gemm --workload '$WORKLOAD' --time '${2:-8m}' --pool processes --workers 15 \
-      --db sqlite:///llama.db" > "$OUT/tune.log" 2>&1
+  (cd /tmp/llama && timeout -s INT 560 python3 -m tsopt tune gemm --workload "$WORKLOAD" \
+      --time "${2:-8m}" --pool processes --workers 15 --db sqlite:///llama.db) \
+      > "$OUT/tune.log" 2>&1
   echo "tune rc=$? at ${SECONDS} s"
   grep -E "^ *[0-9]+ │|sampler:|stopped|interrupted" "$OUT/tune.log" | tail -40
   cp "$DB" "$OUT/llama-tuned.db"
@@ -59,17 +60,8 @@ ship)
   tsopt export --workload "$WORKLOAD" --measured-on "$GPU" --out /tmp/llama-pkg \
       --db sqlite:///llama.db > "$OUT/export.log" 2>&1
   echo "export rc=$? at ${SECONDS} s"; tail -3 "$OUT/export.log"
-  timeout 150 python3 -u bench/llama_layer/layer.py --package /tmp/llama-pkg \
-      --json "$OUT/layer.json" --passes 2 > "$OUT/layer.log" 2>&1
-  echo "layer rc=$? at ${SECONDS} s"
-  left=$((570 - SECONDS))
-  if [ "$left" -gt 30 ]; then
-    timeout "$left" python3 -u bench/serving/check_dispatch.py --package /tmp/llama-pkg \
-        --json "$OUT/dispatch.json" > "$OUT/dispatch.log" 2>&1
-    echo "dispatch rc=$? at ${SECONDS} s"
-  fi
-  grep -E "^bucket|^MLP" "$OUT/layer.log"
-  tail -3 "$OUT/dispatch.log" 2>/dev/null
+  source bench/llama_layer/layer_dispatch.sh
+  layer_and_dispatch /tmp/llama-pkg 150
   ;;
 *)
   echo "unknown stage $STAGE (stage, measure, tune or ship)" >&2
