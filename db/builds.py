@@ -78,6 +78,11 @@ class BuildRecords(Database):
                     setattr(row, key, value)
             elif row.files_json is None and row.status == "ok" and files:
                 row.files_json = values["files_json"]  # a build recorded before revision 0007
+            if (row.status == "ok" and build.ok and files and row.artifact_dir != build.artifact_dir
+                    and not Path(row.artifact_dir or "").is_dir()):
+                # Its artifact is not on this machine (built on another, or its cache cleared):
+                # the same build made again here is where it is now.
+                row.artifact_dir, row.files_json = build.artifact_dir, values["files_json"]
             candidate.build_id = row.id
             if node is not None:
                 candidate.build_node = node[:255]

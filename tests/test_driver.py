@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -646,13 +647,22 @@ class OtherDevicePool(SyntheticMeasurePool):
 
 
 @pytest.mark.slow
-def test_a_study_resumed_on_another_device_is_told_so(tmp_path: Path, space) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("artifacts", ["kept", "gone"])
+def test_a_study_resumed_on_another_device_is_told_so(tmp_path: Path, space,  # type: ignore[no-untyped-def]
+                                                      artifacts: str) -> None:
+    """SYNTHETIC timings, two device names. ``gone``: the first run's artifacts are not on the
+    second run's machine, so the old card's best are rebuilt before they are timed again."""
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
     knobs = (*NARROW, "stages=1,2,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",
              "raster=row")
     first = Driver(request(tmp_path, url, sampler="grid", trials=2, knobs=knobs), quiet(),
                    measure_pool=SyntheticMeasurePool())
     assert first.run() == 0
+    if artifacts == "gone":
+        with Store(url) as store:
+            for c in store.candidates(first.name):
+                if c.build is not None and c.build.artifact_dir:
+                    shutil.rmtree(c.build.artifact_dir)
     console = Console(file=io.StringIO(), width=300)
     again = Driver(request(tmp_path, url, sampler="grid", trials=4, knobs=knobs), console,
                    measure_pool=OtherDevicePool())
@@ -663,9 +673,17 @@ def test_a_study_resumed_on_another_device_is_told_so(tmp_path: Path, space) -> 
     # Its best and its confirmation rank on the card it measures on, never both pooled.
     assert "confirmation on SYNTHETIC other GPU's measurements alone" in text
     assert text.index("confirming the top") > text.index("this run measures on")
+    # The old card's best are timed on the new one before the sampler plans from it.
+    assert f"was measured on {SYNTHETIC_DEVICE}, never on SYNTHETIC other GPU" in text
     with Store(url) as store:
         assert set(store.measured_devices(again.name)) == {SYNTHETIC_DEVICE,
                                                           "SYNTHETIC other GPU"}
         on_card = store.ranked(again.name, device="SYNTHETIC other GPU")
+        old_best = store.ranked(again.name, device=SYNTHETIC_DEVICE)
+    assert old_best and {r.genome_hash for r in old_best} <= {r.genome_hash for r in on_card}
+    # Two new trials built; and, where their artifacts were gone, the old best rebuilt.
+    assert again.stats.built == 2 + (len(old_best) if artifacts == "gone" else 0)
+    assert all(r.build is not None and Path(r.build.artifact_dir or "").is_dir()
+               for r in on_card)
     study = optuna.load_study(study_name=again.name, storage=url)
     assert study.user_attrs["winner"] == on_card[0].genome_hash

@@ -145,6 +145,11 @@ def test_evolve_plans_from_the_cards_figures(
     study.ask({"k": knob})
     assert seen["history"] == [("a", pytest.approx(1 / 1.05)), ("b", pytest.approx(1 / 0.95))]
     assert seen["pending"] == ["c"]  # timed on the H100 only: known, but no parent
+    # A run measuring on the H100 (its old best re-timed there: study.new_card) plans from
+    # the H100's figures: every trial it timed, none pending.
+    moved = card_values(store, name, study, PROFILES["H200_SXM"], prefer=H100)
+    assert moved is not None and moved[0] == H100 and not moved[2]
+    assert moved[1][2] == pytest.approx(1 / RATIOS[H100][2])
 
 
 def test_a_study_on_one_card_keeps_its_told_values(tmp_path: Path) -> None:

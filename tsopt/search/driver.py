@@ -41,6 +41,7 @@ processes may run the same study on the same database at once
 - ``measuring``: the GPUs' queue, contender re-checks, the final confirmation;
 - ``bundling``: what nothing measures here, written to the bundle;
 - ``jobs``: the run's candidates, and the one place trials are told.
+- ``new_card``: a study moved to a GPU it was never measured on, its old best timed there first.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from tsopt.search.study.bundling import BundleWriter
 from tsopt.search.study.claims import Claims, Heartbeat
 from tsopt.search.study.jobs import POLL_S, Job, Teller
 from tsopt.search.study.measuring import MeasureStage, measure_priority
+from tsopt.search.study.new_card import NewCard
 from tsopt.search.study.opening import open_run
 from tsopt.search.study.workers import Workers
 
@@ -127,15 +129,16 @@ class Driver:
         finally:
             self.store.close()
 
-    def _plan_on_one_card(self) -> None:
+    def _plan_on_one_card(self, live: str | None = None) -> None:
         """Evolve's parents from one GPU's figures where the study was measured on several:
-        Optuna holds each trial's first figure only (outcomes.card_values)."""
+        Optuna holds each trial's first figure only (outcomes.card_values); ``live``: the GPU
+        this run measures on, once the old card's best were timed on it (study.new_card)."""
         from tsopt.search.evolve_sampler import EvolveSampler
         from tsopt.search.outcomes import card_values
 
         if not isinstance(self.sampler, EvolveSampler):
             return  # the others read Optuna's told values as they are
-        found = card_values(self.store, self.name, self.study, self.device)
+        found = card_values(self.store, self.name, self.study, self.device, prefer=live)
         if found is None:
             return
         card, values, elsewhere = found
@@ -233,6 +236,8 @@ class Driver:
                                       self.teller, self.bundle, interrupted)
         self.claims = Claims(self.store, self.study, self.name, self.run_id, heartbeat,
                              self.workers, self.stats, self.teller, self._advance)
+        self.new_card = NewCard(self.store, self.name, self.device, lambda: self.measuring.card,
+                                self._advance, self._plan_on_one_card, self.console)
 
     def _on_sigint(self, _signum: int, _frame: Any) -> None:
         if self.interrupted:
@@ -288,6 +293,7 @@ class Driver:
                 if self.measure_pool is not None:
                     busy = self.pool.busy() or self.to_evaluate
                     self.measuring.poll(0.0 if busy else POLL_S)
+                    self.new_card.poll()
                 self.bundle.flush()
                 self.claims.poll_foreign(self._busy)
                 progress.update(self.asked, self.budgets.time_left())

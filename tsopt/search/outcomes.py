@@ -167,10 +167,11 @@ def add_finished_trial(study: optuna.Study, outcome: Outcome,
     return int(storage.get_trial_number_from_id(trial_id))
 
 
-def card_values(store: Store, study_name: str, study: Any,
-                target: Any = None) -> tuple[str, dict[int, float], set[int]] | None:
+def card_values(store: Store, study_name: str, study: Any, target: Any = None,
+                prefer: str | None = None) -> tuple[str, dict[int, float], set[int]] | None:
     """Where a study was measured on several GPUs: the card it ranks on
-    (:func:`tsopt.db.views.ranking_gpu`, ``target`` the profile this run builds for), each
+    (:func:`tsopt.db.views.ranking_gpu`, ``target`` the profile this run builds for, ``prefer``
+    the GPU this run measures on, once known), each
     trial's value on it (:data:`OBJECTIVE`, from its standing there: the median over that card's
     measurements) and the trials timed on other cards only. None for a study measured on one
     card or none, and for one that minimises :data:`LEGACY_OBJECTIVE` (absolute times)."""
@@ -178,7 +179,7 @@ def card_values(store: Store, study_name: str, study: Any,
 
     if getattr(study, "metric_names", None) == [LEGACY_OBJECTIVE]:
         return None
-    card = ranking_gpu(store.measured_devices(study_name), target)
+    card = ranking_gpu(store.measured_devices(study_name), target, prefer)
     if card is None:
         return None
     values = {r.trial_number: 1.0 / r.standing.ratio
