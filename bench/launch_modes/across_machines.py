@@ -39,7 +39,17 @@ ROUNDS = [("round 1", HERE / "results/launch_modes.tar.gz", "script"),
 # 1752824022824), device.sh twice on the warm machine: two runs, not two machines.
 HELDOUT = [("run 1", HERE / "results4/launch_heldout.run1.tar.gz", "script"),
            ("run 2", HERE / "results4/launch_heldout.run2.tar.gz", "script")]
-SETS = {"suite": (ROUNDS, "machines"), "heldout": (HELDOUT, "runs on one machine")}
+# Round 5 (2026-12-05, stop 45): the same winners on two more H100s (serials 1651624110432 and
+# 1752524018395), factorial.sh with the script as written and on the runner's layout (regions).
+HELDOUT_MACHINES = [*HELDOUT,
+                    ("H100 2", HERE / "results5/launch_modes_factorial.tar.gz", "script-c20-wait"),
+                    ("H100 3", HERE / "results5b/launch_modes_factorial.tar.gz", "script-c20-wait")]
+HELDOUT_REGIONS = [
+    ("H100 2", HERE / "results5/launch_modes_factorial.tar.gz", "script-c20-wait-regions"),
+    ("H100 3", HERE / "results5b/launch_modes_factorial.tar.gz", "script-c20-wait-regions")]
+SETS = {"suite": (ROUNDS, "machines"), "heldout": (HELDOUT, "runs on one machine"),
+        "heldout-machines": (HELDOUT_MACHINES, "runs: two on one H100, one on each of two more"),
+        "heldout-regions": (HELDOUT_REGIONS, "machines, the script on the runner's layout")}
 
 
 def ratios(tar: Path, name: str, key: str) -> dict[str, float]:
@@ -55,7 +65,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--set", choices=sorted(SETS), default="suite",
                         help="suite: the seed library's decode winners on three H200s (rounds "
-                             "1-3); heldout: the held-out decode winners (round 4)")
+                             "1-3); heldout: the held-out decode winners (round 4); "
+                             "heldout-machines: those on three H100s (rounds 4-5); "
+                             "heldout-regions: the script on the runner's layout, two H100s "
+                             "(round 5)")
     args = parser.parse_args()
     raw_files("launch_modes")
     rounds, unit = SETS[args.set]
