@@ -687,3 +687,22 @@ def test_a_study_resumed_on_another_device_is_told_so(tmp_path: Path, space,  # 
                for r in on_card)
     study = optuna.load_study(study_name=again.name, storage=url)
     assert study.user_attrs["winner"] == on_card[0].genome_hash
+
+
+@pytest.mark.slow
+def test_a_moved_study_plans_from_the_new_cards_figures(tmp_path: Path, space) -> None:  # type: ignore[no-untyped-def]
+    """SYNTHETIC timings, evolve: once the old card's best are timed on the new card, the
+    sampler's parents are ranked on the new card's figures alone (study.new_card)."""
+    url = f"sqlite:///{tmp_path / 'tsopt.db'}"
+    knobs = (*NARROW, "stages=1,2,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",
+             "raster=row")
+    first = Driver(request(tmp_path, url, sampler="evolve", trials=3, knobs=knobs), quiet(),
+                   measure_pool=SyntheticMeasurePool())
+    assert first.run() == 0
+    console = Console(file=io.StringIO(), width=300)
+    again = Driver(request(tmp_path, url, sampler="evolve", trials=6, knobs=knobs), console,
+                   measure_pool=OtherDevicePool())
+    assert again.run() == 0
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    moved = text.index("never on SYNTHETIC other GPU")
+    assert text.index("parents ranked on SYNTHETIC other GPU's figures") > moved
