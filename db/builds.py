@@ -46,7 +46,9 @@ class BuildRecords(Database):
         build slot) are the candidate's, not the cached build's.
 
         A cached successful build is kept; a cached failure is replaced by a
-        later success under the same key (a retry that worked).
+        later success under the same key (a retry that worked); and a cached success whose
+        artifact is not on this machine is pointed at the same build made again here (a
+        study moved to another machine's GPU: tsopt.search.study.new_card).
         """
         if not build.cache_key:
             raise ValueError(f"build of {build.genome_hash[:12]} has no cache_key")
