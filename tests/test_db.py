@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -434,6 +435,30 @@ def test_a_cached_build_failure_gives_way_to_a_later_success_but_never_the_rever
     assert store.find_build("k") == dataclasses.replace(worked, cache_hit=True)
     store.record_build(cid, failed)
     assert store.find_build("k") == dataclasses.replace(worked, cache_hit=True)
+
+
+def test_a_cached_build_whose_artifact_is_gone_points_at_the_one_rebuilt_here(
+    store: Store, tmp_path: Path,
+) -> None:
+    study = new_study(store)
+    genome = copy_genome()
+    cid = store.add_candidate(study, genome, "seed")
+
+    def built(folder: str) -> BuildResult:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "libkernel.so").write_bytes(b"kernel")
+        return BuildResult(genome.hash, PROBLEM.key, "sm_90a", "ok",
+                           artifact_dir=str(tmp_path / folder),
+                           library=str(tmp_path / folder / "libkernel.so"), cache_key="k")
+
+    store.record_build(cid, built("elsewhere"))
+    shutil.rmtree(tmp_path / "elsewhere")  # built on another machine, or its cache cleared
+    store.record_build(cid, built("here"))
+    found = store.find_build("k")
+    assert found is not None and found.artifact_dir == str(tmp_path / "here")
+    store.record_build(cid, built("third"))  # the artifact here exists: the cached one stays
+    found = store.find_build("k")
+    assert found is not None and found.artifact_dir == str(tmp_path / "here")
 
 
 def test_a_study_clash_is_refused_naming_it_and_changes_nothing(store: Store) -> None:
