@@ -5,9 +5,10 @@ on one card's figures (:func:`tsopt.db.views.ranking_gpu`). A run that moves a s
 card starts with none of that card's figures: its sampler would plan from the old card's
 values beside the new card's, or, ranking on the new card alone, from one parent while the
 old card's winners are dropped. So once the run's first timing names its GPU, the old card's
-top :data:`RETIME_TOP_K` are measured again here, ahead of every proposal (origin
-``retime``: no trial, like the seed; rebuilt where their artifact is not on this machine),
-and once they are in, the sampler plans from this card's figures alone (``replan``).
+top :data:`RETIME_TOP_K` are measured again here, ahead of the sampler's ranked proposals
+(origin ``retime``: no trial, like the seed; rebuilt where their artifact is not on this
+machine), and once they are in, the sampler plans from this card's figures alone
+(``replan``).
 """
 
 from __future__ import annotations
