@@ -646,6 +646,28 @@ class OtherDevicePool(SyntheticMeasurePool):
             if d.result.measurement is not None else d for d in super().poll(timeout)]
 
 
+def _moved(tmp_path: Path, url: str, sampler: str, first_trials: int, trials: int,
+           drop_artifacts: bool = False) -> tuple[Driver, str]:
+    """A study run on the SYNTHETIC card for ``first_trials``, then on "SYNTHETIC other GPU"
+    up to ``trials`` (``drop_artifacts``: the first run's artifacts deleted in between, as on
+    another machine); the second driver and what it printed."""
+    knobs = (*NARROW, "stages=1,2,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",
+             "raster=row")
+    first = Driver(request(tmp_path, url, sampler=sampler, trials=first_trials, knobs=knobs),
+                   quiet(), measure_pool=SyntheticMeasurePool())
+    assert first.run() == 0
+    if drop_artifacts:
+        with Store(url) as store:
+            for c in store.candidates(first.name):
+                if c.build is not None and c.build.artifact_dir:
+                    shutil.rmtree(c.build.artifact_dir)
+    console = Console(file=io.StringIO(), width=300)
+    again = Driver(request(tmp_path, url, sampler=sampler, trials=trials, knobs=knobs), console,
+                   measure_pool=OtherDevicePool())
+    assert again.run() == 0
+    return again, console.file.getvalue()  # type: ignore[attr-defined]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("artifacts", ["kept", "gone"])
 def test_a_study_resumed_on_another_device_is_told_so(tmp_path: Path, space,  # type: ignore[no-untyped-def]
@@ -653,21 +675,7 @@ def test_a_study_resumed_on_another_device_is_told_so(tmp_path: Path, space,  # 
     """SYNTHETIC timings, two device names. ``gone``: the first run's artifacts are not on the
     second run's machine, so the old card's best are rebuilt before they are timed again."""
     url = f"sqlite:///{tmp_path / 'tsopt.db'}"
-    knobs = (*NARROW, "stages=1,2,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",
-             "raster=row")
-    first = Driver(request(tmp_path, url, sampler="grid", trials=2, knobs=knobs), quiet(),
-                   measure_pool=SyntheticMeasurePool())
-    assert first.run() == 0
-    if artifacts == "gone":
-        with Store(url) as store:
-            for c in store.candidates(first.name):
-                if c.build is not None and c.build.artifact_dir:
-                    shutil.rmtree(c.build.artifact_dir)
-    console = Console(file=io.StringIO(), width=300)
-    again = Driver(request(tmp_path, url, sampler="grid", trials=4, knobs=knobs), console,
-                   measure_pool=OtherDevicePool())
-    assert again.run() == 0
-    text = console.file.getvalue()  # type: ignore[attr-defined]
+    again, text = _moved(tmp_path, url, "grid", 2, 4, drop_artifacts=artifacts == "gone")
     assert f"was measured before on {SYNTHETIC_DEVICE}" in text
     assert "this run measures on SYNTHETIC other GPU" in text
     # Its best and its confirmation rank on the card it measures on, never both pooled.
@@ -693,16 +701,6 @@ def test_a_study_resumed_on_another_device_is_told_so(tmp_path: Path, space,  # 
 def test_a_moved_study_plans_from_the_new_cards_figures(tmp_path: Path, space) -> None:  # type: ignore[no-untyped-def]
     """SYNTHETIC timings, evolve: once the old card's best are timed on the new card, the
     sampler's parents are ranked on the new card's figures alone (study.new_card)."""
-    url = f"sqlite:///{tmp_path / 'tsopt.db'}"
-    knobs = (*NARROW, "stages=1,2,4", "box_rows=8", "box_cols=256", "chunk=1", "vector=8",
-             "raster=row")
-    first = Driver(request(tmp_path, url, sampler="evolve", trials=3, knobs=knobs), quiet(),
-                   measure_pool=SyntheticMeasurePool())
-    assert first.run() == 0
-    console = Console(file=io.StringIO(), width=300)
-    again = Driver(request(tmp_path, url, sampler="evolve", trials=6, knobs=knobs), console,
-                   measure_pool=OtherDevicePool())
-    assert again.run() == 0
-    text = console.file.getvalue()  # type: ignore[attr-defined]
+    _again, text = _moved(tmp_path, f"sqlite:///{tmp_path / 'tsopt.db'}", "evolve", 3, 6)
     moved = text.index("never on SYNTHETIC other GPU")
     assert text.index("parents ranked on SYNTHETIC other GPU's figures") > moved

@@ -65,9 +65,7 @@ class NewCard:
         others = self.before
         if live in others or not others:
             return []  # measured here before (or nowhere): nothing moved
-        old = ranking_gpu(others, self.target) if len(others) > 1 else next(iter(others))
-        if old is None:
-            return []
+        old = ranking_gpu(others, self.target) or next(iter(others))  # None: one card
         here = {r.genome_hash for r in self.store.ranked(self.name, device=live)}
         jobs = []
         for ranked in self.store.ranked(self.name, RETIME_TOP_K, device=old):
