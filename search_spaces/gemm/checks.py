@@ -178,27 +178,37 @@ def producer_findings(cfg: GemmConfig, k_tiles: int) -> list[Finding]:
 def shape_findings(cfg: GemmConfig) -> list[Finding]:
     """The instruction shapes the kernel issues, and the columns its epilogue writes.
 
-    - ``tsopt.wgmma_n``: each consumer warpgroup issues ``m64 x tile_n x k16`` wgmma (both
-      arrangements: cooperating warpgroups split the tile along M, a separate warpgroup
-      owns its tile), so ``tile_n`` is the wgmma N: 8..256, a multiple of 8.
+    - ``tsopt.wgmma_n``: each consumer warpgroup issues ``m64 x wg_tile_n x k16`` wgmma, where
+      ``wg_tile_n`` is ``tile_n`` (cooperating warpgroups split the tile along M, a separate
+      warpgroup owns its tile) or ``tile_n // consumers`` (``split_n``): 8..256, a multiple
+      of 8, and with ``split_n`` the warpgroups' columns must add up to ``tile_n``.
     - ``tsopt.wgmma_k``: ``tile_k // 16`` wgmma per K slice; a remainder is never multiplied.
     - ``tsopt.tma_box``: A and B are loaded in boxes of K extent ``tile_k`` (CuTe splits rows
       beyond 256 into more boxes by itself), so ``tile_k`` x element bytes must be a multiple
       of 16.
-    - ``tsopt.epilogue_coverage``: both epilogues (``direct`` and ``tma_store``) drain the
-      accumulator in subtiles of ``cfg.epi_cols`` columns (64, or the widest of 32, 16
-      dividing ``tile_n``); a ``tile_n`` no subtile width divides (an odd multiple of 8:
-      an 8-column TMA store box aborts the DSL compiler) would leave the last columns of every
-      tile unwritten.
+    - ``tsopt.epilogue_coverage``: both epilogues (``direct`` and ``tma_store``) drain a
+      warpgroup's accumulator in subtiles of ``cfg.epi_cols`` columns (64, or the widest of
+      32, 16 dividing its ``wg_tile_n`` columns); columns no subtile width divides (an odd
+      multiple of 8: an 8-column TMA store box aborts the DSL compiler) would leave the last
+      columns of every tile (of every warpgroup's half, ``split_n``) unwritten.
     - ``tsopt.cluster_size``: at most 8 CTAs (the portable cluster size).
     """
     findings: list[Finding] = []
     low, high, step = WGMMA_N
-    if not (low <= cfg.tile_n <= high and cfg.tile_n % step == 0):
+    wg_n = cfg.wg_tile_n
+    split = f" (tile_n={cfg.tile_n} split along N by {cfg.mma_warpgroups} warpgroups)"
+    if cfg.split_n and wg_n * cfg.mma_warpgroups != cfg.tile_n:
         findings.append(Finding(
             "tsopt.wgmma_n",
-            f"tile_n={cfg.tile_n} is the N of the m64 x N x k16 wgmma each consumer warpgroup "
-            f"issues; for {cfg.dtype} N must be a multiple of {step} from {low} to {high}",
+            f"tile_n={cfg.tile_n} does not split into {cfg.mma_warpgroups} equal column runs "
+            "for the split_n warpgroups: the last columns of every tile would not be computed",
+        ))
+    elif not (low <= wg_n <= high and wg_n % step == 0):
+        findings.append(Finding(
+            "tsopt.wgmma_n",
+            f"N={wg_n}{split if cfg.split_n else ''} is the N of the m64 x N x k16 wgmma each "
+            f"consumer warpgroup issues; for {cfg.dtype} N must be a multiple of {step} from "
+            f"{low} to {high}",
         ))
     inner = cfg.tile_k * cfg.element_bytes
     if inner % TMA_INNER_BYTES:
@@ -214,15 +224,17 @@ def shape_findings(cfg: GemmConfig) -> list[Finding]:
             f"{cfg.tile_k // WGMMA_K} wgmma of a K slice multiply {cfg.tile_k // WGMMA_K * WGMMA_K} "
             f"of its {cfg.tile_k} columns and skip the rest",
         ))
-    if cfg.epi_subtiles * cfg.epi_cols != cfg.tile_n:
+    if cfg.epi_subtiles * cfg.epi_cols != wg_n:
         written = cfg.epi_subtiles * cfg.epi_cols
         wrote = (f"writes {cfg.epi_subtiles} subtile(s), columns 0..{written - 1}, and leaves"
                  if written else "writes no subtile and leaves")
+        owner = (f"each split_n warpgroup's {wg_n} columns of tile_n={cfg.tile_n}"
+                 if cfg.split_n else f"tile_n={cfg.tile_n}")
         findings.append(Finding(
             "tsopt.epilogue_coverage",
-            f"tile_n={cfg.tile_n} is not a multiple of the epilogue's {cfg.epi_cols}-column subtile: "
-            f"the {cfg.epilogue} epilogue {wrote} columns {written}..{cfg.tile_n - 1} of every "
-            "tile unwritten",
+            f"{owner} is not a multiple of the epilogue's {cfg.epi_cols}-column subtile: "
+            f"the {cfg.epilogue} epilogue {wrote} columns {written}..{wg_n - 1} of every "
+            f"{'warpgroup' if cfg.split_n else 'tile'} unwritten",
         ))
     if cfg.cluster_size > PORTABLE_CLUSTER:
         findings.append(Finding(
@@ -460,34 +472,17 @@ def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
                 f"{cfg.split_tiles}" + (f" per split (split_k={cfg.split_k})" if cfg.split_k > 1
                                         else ""),
             ))
-    if cfg.separate and cfg.consumers == 1:
+    if (cfg.separate or cfg.split_n) and cfg.consumers == 1:
         findings.append(Finding(
             "tsopt.arrangement",
-            "arrangement 'separate' needs 2 consumer warpgroups: with one, it is the "
+            f"arrangement '{cfg.arrangement}' needs 2 consumer warpgroups: with one, it is the "
             "cooperative kernel",
         ))
     findings += shape_findings(cfg)
     findings += split_k_findings(cfg)
     findings += stream_k_findings(cfg)
     findings += unit_extent_findings(cfg)
-    if cfg.tile_m % (64 * cfg.mma_warpgroups):
-        findings.append(Finding(
-            "tsopt.tile_shape",
-            f"tile_m={cfg.tile_m} does not split into m64 wgmma rows for {cfg.mma_warpgroups} "
-            "consumer warpgroups",
-        ))
-    elif cfg.m_repeats * cfg.tile_n > 256:
-        findings.append(Finding(
-            "tsopt.registers",
-            f"{cfg.acc_registers} fp32 accumulator registers per thread "
-            f"({cfg.wg_tile_m}x{cfg.tile_n} per warpgroup): more than a warpgroup can hold",
-        ))
-    elif cfg.acc_registers + 40 > cfg.consumer_regs:
-        findings.append(Finding(
-            "tsopt.registers",
-            f"{cfg.acc_registers} accumulator registers + ~40 for addressing exceed the "
-            f"consumer budget of {cfg.consumer_regs}: it would spill",
-        ))
+    findings += _tile_findings(cfg)
     if cfg.smem_bytes > SMEM_CAPACITY:
         findings.append(Finding(
             "tsopt.smem",
@@ -512,6 +507,41 @@ def gemm_checks(cfg: GemmConfig, k_tiles: int | None = None) -> list[Finding]:
         ))
     findings += swizzle_band_findings(cfg)
     return findings
+
+
+def _tile_findings(cfg: GemmConfig) -> list[Finding]:
+    """``tsopt.tile_shape`` (the rows each consumer warpgroup accumulates are whole m64 wgmma
+    rows) and ``tsopt.registers`` (its accumulator, ``wg_tile_m x wg_tile_n`` fp32 over 128
+    threads, fits the consumer budget with ~40 registers for addressing).
+
+    The M-split and separate arrangements also keep the template's first cap, 128
+    accumulator registers a thread (``m_repeats x tile_n <= 256``), which no measurement set
+    and which keeps their verdicts as recorded. ``split_n`` is judged by the budget alone:
+    cuBLAS's coopB 192x192 tile (bench/where_space_loses) holds 192x96 per warpgroup, 144
+    registers, which that cap would refuse."""
+    if cfg.tile_m % (64 * (1 if cfg.split_n else cfg.mma_warpgroups)):
+        rows = cfg.tile_m / cfg.mma_warpgroups
+        hint = (f" ({rows:g} rows each; split it along N instead, arrangement 'split_n')"
+                if cfg.mma_warpgroups > 1 and cfg.tile_m % 64 == 0 else "")
+        return [Finding(
+            "tsopt.tile_shape",
+            f"tile_m={cfg.tile_m} does not split into m64 wgmma rows for {cfg.mma_warpgroups} "
+            f"consumer warpgroups splitting it along M{hint}",
+        )]
+    if not cfg.split_n and cfg.m_repeats * cfg.wg_tile_n > 256:
+        return [Finding(
+            "tsopt.registers",
+            f"{cfg.acc_registers} fp32 accumulator registers per thread "
+            f"({cfg.wg_tile_m}x{cfg.wg_tile_n} per warpgroup): more than a warpgroup can hold",
+        )]
+    if cfg.acc_registers + 40 > cfg.consumer_regs:
+        return [Finding(
+            "tsopt.registers",
+            f"{cfg.acc_registers} accumulator registers ({cfg.wg_tile_m}x{cfg.wg_tile_n} per "
+            f"warpgroup) + ~40 for addressing exceed the consumer budget of "
+            f"{cfg.consumer_regs}: it would spill",
+        )]
+    return []
 
 
 def swizzle_band_findings(cfg: GemmConfig) -> list[Finding]:

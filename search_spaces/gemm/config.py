@@ -128,7 +128,7 @@ def placement_dataflow_error(task: str, ops: Sequence[tuple[str, str]]) -> str |
 # --------------------------------------------------------------------------------------
 
 NUMERIC_CHOICES: dict[str, tuple[int, ...]] = {
-    "tile_m": (64, 128, 256),
+    "tile_m": (64, 128, 192, 256),
     "tile_n": (16, 32, 48, 64, 80, 96, 128, 160, 192, 256),
     "tile_k": (32, 64, 128),
     "stages": (2, 3, 4, 5, 6, 7, 8, 10, 12, 16),
@@ -146,7 +146,7 @@ STRUCTURE_CHOICES: dict[str, tuple[bool | str, ...]] = {
     "cluster": ("1x1", "2x1", "1x2", "2x2", "4x1", "1x4"),
     "raster": ("m", "n"),
     "epilogue": ("direct", "tma_store"),
-    "arrangement": ("cooperative", "separate"),
+    "arrangement": ("cooperative", "separate", "split_n"),
     "swap_ab": (False, True),
     "stream_k": (False, True),
 }
@@ -170,13 +170,14 @@ KNOB_DOCS = {
     "raster": "persistent tile order: along M or along N (with swizzle)",
     "epilogue": "'direct': D written by predicated stores from registers; 'tma_store': "
                 "staged through a swizzled SMEM buffer per warpgroup and written by TMA stores",
-    "arrangement": "'cooperative': the consumer warpgroups split one tile; 'separate': each "
+    "arrangement": "'cooperative': the consumer warpgroups split one tile along M; 'split_n': "
+                   "they split it along N (each over every row of the tile); 'separate': each "
                    "warpgroup on its own tile, fed by its own producer warp and SMEM pipeline",
     "swap_ab": "compute Dᵀ = B·Aᵀ (the problem's N on the tile's M side, for a small M); D "
                "is still written row-major M x N, through swapped strides",
-    "tile_m": "tile rows: the CTA's (cooperative) or each warpgroup's own (separate); m64 wgmma "
-              "repeats",
-    "tile_n": "CTA tile columns = wgmma N",
+    "tile_m": "tile rows: the CTA's (cooperative, split_n) or each warpgroup's own (separate); "
+              "m64 wgmma repeats",
+    "tile_n": "CTA tile columns = wgmma N (split_n: tile_n / consumers per warpgroup)",
     "tile_k": "K slice per stage (wgmma K=16 steps per slice: tile_k/16)",
     "stages": "SMEM pipeline stages of A and B slices",
     "consumers": "consumer warpgroups (see arrangement)",
@@ -197,6 +198,13 @@ recorded genomes keep their hash, their verdict and their meaning)."""
 OMITTED_AT_DEFAULT = ("swap_ab", "split_k", "stream_k")
 """Added genes a genome built by the space leaves out while they hold their default, so the
 genomes it built before they existed (the seed, every recorded study's) keep their hash."""
+
+
+PARAM_NAMES = {"tile_m": "tile_m.v2", "arrangement": "arrangement.v2"}
+"""The Optuna parameter of each knob whose choices grew after studies were recorded (192 rows;
+'split_n'), under a name of its own: Optuna refuses to resume a study whose recorded
+parameter had other choices. A recorded trial's value under the old name means the same gene
+value (``Knob.param``)."""
 
 
 def gene_choices(name: str) -> tuple[Any, ...]:

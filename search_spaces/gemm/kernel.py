@@ -37,7 +37,10 @@ Resource/task flow::
     persistent tile stream, one tile per iteration of its work_tile_loop.
 
     Arrangement: ``cooperative`` (drawn above) splits one tile between the
-    warpgroups, which share one chain TileCoords -> LoadTask -> SmemAB.
+    warpgroups along M, which share one chain TileCoords -> LoadTask -> SmemAB.
+    ``split_n`` is the same chain with the tile split along N: each warpgroup
+    accumulates every row of the tile over its own ``tile_n // consumers`` columns
+    (so a 192-row tile is 3 m64 wgmma rows, which an M split cannot halve).
     ``separate`` gives each warpgroup a tile of its own and a chain of its own
     (TileCoords<i>, LoadTask<i> on a second warp of the producer warpgroup,
     SmemAB<i>): the work tile is then ``consumers`` tiles stacked along M.
@@ -116,8 +119,8 @@ WARPGROUP = 4
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
 EPI_COLS = 64
 """Columns of D one epilogue subtile covers (the accumulator is drained in slabs) when
-``tile_n`` is a multiple of it; other tiles use the widest of 32, 16 that divides
-``tile_n`` (:attr:`GemmConfig.epi_cols`)."""
+a warpgroup's columns (``wg_tile_n``) are a multiple of it; others use the widest of 32, 16
+that divides them (:attr:`GemmConfig.epi_cols`)."""
 EPI_BARRIER = 8
 """First named-barrier id of the TMA-store epilogue (one per consumer warpgroup); TS and the
 pipelines use mbarriers and barrier 0 only."""
@@ -261,13 +264,13 @@ class GemmConfig:
         if not self.stream_k:
             return 0
         slots = self.sm_count * self.consumers
-        return slots * self.wg_tile_m * self.tile_n * 4 + slots * 4
+        return slots * self.wg_tile_m * self.wg_tile_n * 4 + slots * 4
 
     @property
     def red_bytes(self) -> int:
         """One consumer warpgroup's split-K exchange buffer: its fp32 partial tile plus two
         mbarriers (``ready`` in the first CTA, ``done`` in the others); 0 without split-K."""
-        return 0 if self.split_k == 1 else self.wg_tile_m * self.tile_n * 4 + 16
+        return 0 if self.split_k == 1 else self.wg_tile_m * self.wg_tile_n * 4 + 16
 
     @property
     def tiles_m(self) -> int:
@@ -282,6 +285,12 @@ class GemmConfig:
     def separate(self) -> bool:
         """Each consumer warpgroup on its own tile, rather than cooperating on one."""
         return self.arrangement == "separate"
+
+    @property
+    def split_n(self) -> bool:
+        """Cooperating warpgroups split the tile along N (each owns every row of the tile and
+        ``tile_n // consumers`` columns), rather than along M."""
+        return self.arrangement == "split_n"
 
     @property
     def chains(self) -> int:
@@ -302,7 +311,12 @@ class GemmConfig:
     @property
     def wg_tile_m(self) -> int:
         """Rows of D one consumer warpgroup accumulates."""
-        return self.tile_m // self.mma_warpgroups
+        return self.tile_m if self.split_n else self.tile_m // self.mma_warpgroups
+
+    @property
+    def wg_tile_n(self) -> int:
+        """Columns of D one consumer warpgroup accumulates: the N of the wgmma it issues."""
+        return self.tile_n // self.mma_warpgroups if self.split_n else self.tile_n
 
     @property
     def m_repeats(self) -> int:
@@ -312,7 +326,7 @@ class GemmConfig:
     @property
     def acc_registers(self) -> int:
         """fp32 accumulator registers per consumer thread."""
-        return self.wg_tile_m * self.tile_n // 128
+        return self.wg_tile_m * self.wg_tile_n // 128
 
     @property
     def a_stage_bytes(self) -> int:
@@ -357,19 +371,20 @@ class GemmConfig:
 
     @property
     def epi_cols(self) -> int:
-        """Columns of one epilogue subtile: 64, or for a ``tile_n`` that is not a multiple
-        of 64 the widest of 32, 16 dividing it (80 -> 16, 96 -> 32), so the subtiles cover
-        the tile exactly. No 8-column subtile: the 16-byte TMA store box of one aborts the
-        DSL compiler (nvidia-cutlass-dsl 4.8.1), so a ``tile_n`` that is an odd multiple of
-        8 keeps 64 and is refused by ``tsopt.epilogue_coverage``."""
+        """Columns of one epilogue subtile: 64, or for a warpgroup's ``wg_tile_n`` that is not
+        a multiple of 64 the widest of 32, 16 dividing it (80 -> 16, 96 -> 32), so the
+        subtiles cover its columns exactly. No 8-column subtile: the 16-byte TMA store box of
+        one aborts the DSL compiler (nvidia-cutlass-dsl 4.8.1), so a ``wg_tile_n`` that is an
+        odd multiple of 8 keeps 64 and is refused by ``tsopt.epilogue_coverage``."""
         for cols in (EPI_COLS, 32, 16):
-            if self.tile_n % cols == 0:
+            if self.wg_tile_n % cols == 0:
                 return cols
         return EPI_COLS
 
     @property
     def epi_subtiles(self) -> int:
-        return self.tile_n // self.epi_cols
+        """Subtiles one warpgroup drains: its own columns, ``wg_tile_n``."""
+        return self.wg_tile_n // self.epi_cols
 
     @property
     def ragged(self) -> bool:
@@ -1107,11 +1122,13 @@ class OutD(MemoryResource):
                 self.args.tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2),
                 cute.zipped_divide(self.args.mD_tma, (64, cfg.epi_cols)),
             )
-            slot = 0 if cfg.separate else self.wg
+            # Split along M, warpgroups interleave in m64 blocks; split along N, each owns
+            # every row and its own run of epi_subtiles boxes across.
+            slot = 0 if cfg.separate or cfg.split_n else self.wg
+            col_boxes = self.wg * cfg.epi_subtiles if cfg.split_n else 0
             for rr in cutlass.range_constexpr(cfg.m_repeats):
-                # This repeat's 64 rows of the tile (warpgroups interleave in m64 blocks).
-                block_m = m0 // 64 + (rr * cfg.mma_warpgroups + slot)
-                block_n = n0 // cfg.epi_cols + subtile
+                block_m = m0 // 64 + (rr * (1 if cfg.split_n else cfg.mma_warpgroups) + slot)
+                block_n = n0 // cfg.epi_cols + col_boxes + subtile
                 # Only boxes that start inside D are stored. Not just a saving: where D has a
                 # single block along a mode (M <= 64, or N <= epi_cols), CuTe gives that
                 # block mode extent 1 and stride 0, so a box past the edge would not be
@@ -1471,11 +1488,14 @@ def make_kernel(cfg: GemmConfig, bodies: dict[str, ScheduleBody] | None = None) 
             a, b = b, a
             d = cute.make_tensor(d.iterator, cute.make_layout((cfg.m, rows), stride=(1, cfg.m)))
         tile_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
-        # Cooperating warpgroups split the tile along M; each issues m64 x tile_n wgmma.
+        # Cooperating warpgroups split the tile along M (each issues m64 x tile_n wgmma) or,
+        # split_n, along N (each m64 x wg_tile_n over every row); the thread slice of
+        # warpgroup i is the i-th atom either way (_thr_mma).
+        atoms = (1, cfg.mma_warpgroups, 1) if cfg.split_n else (cfg.mma_warpgroups, 1, 1)
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             io, io, LayoutEnum.from_tensor(a).sm90_mma_major_mode(),
             LayoutEnum.from_tensor(b).sm90_mma_major_mode(), ACC_DTYPE,
-            (cfg.mma_warpgroups, 1, 1), tiler_mn=(64, cfg.tile_n),
+            atoms, tiler_mn=(64, cfg.wg_tile_n),
         )
         # Every wgmma accumulates: the accumulator is zeroed per tile instead.
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)

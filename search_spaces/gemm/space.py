@@ -52,6 +52,7 @@ from tsopt.search_spaces.gemm.config import (  # noqa: E402
     HEAD_DEPTHS,
     KNOB_DOCS,
     NUMERIC_CHOICES,
+    PARAM_NAMES,
     PENDING,
     PRIMARY_OP,
     SPACE,
@@ -127,9 +128,7 @@ class HopperGemmSpace(SearchSpace):
             Knob("mma.pending", "structural", PENDING, KNOB_DOCS["mma.pending"]),
             Knob("mma.drain", "structural", DRAINS, KNOB_DOCS["mma.drain"]),
         ]
-        out += [Knob(n, "structural", c, KNOB_DOCS[n]) for n, c in STRUCTURE_CHOICES.items()]
-        out += [Knob(n, "numeric", c, KNOB_DOCS[n]) for n, c in NUMERIC_CHOICES.items()]
-        return tuple(out)
+        return (*out, *self.unscreened_knobs(problem))
 
     def knobs(self, problem: Problem | None = None) -> tuple[Knob, ...]:
         """The sampler's knobs: each task's placement drawn from the verifier's per-task screen
@@ -148,8 +147,10 @@ class HopperGemmSpace(SearchSpace):
     def unscreened_knobs(self, problem: Problem | None = None) -> tuple[Knob, ...]:
         """The structural and numeric genes: their choices are this module's, no screen's."""
         del problem
-        return (*(Knob(n, "structural", c, KNOB_DOCS[n]) for n, c in STRUCTURE_CHOICES.items()),
-                *(Knob(n, "numeric", c, KNOB_DOCS[n]) for n, c in NUMERIC_CHOICES.items()))
+        return (*(Knob(n, "structural", c, KNOB_DOCS[n], PARAM_NAMES.get(n, ""))
+                  for n, c in STRUCTURE_CHOICES.items()),
+                *(Knob(n, "numeric", c, KNOB_DOCS[n], PARAM_NAMES.get(n, ""))
+                  for n, c in NUMERIC_CHOICES.items()))
 
     # What a structure needs of the other knobs (tsopt.stream_k and tsopt.split_k say why).
     COUPLINGS: ClassVar[tuple[tuple[str, Any, dict[str, Any]], ...]] = (

@@ -95,6 +95,15 @@ class Knob:
     kind: KnobKind
     choices: tuple[GeneValue, ...]
     doc: str
+    param: str = ""
+    """The Optuna parameter the knob is sampled under ('': its name). A knob whose choices
+    grew takes a new one: Optuna refuses a parameter whose choices differ from those a
+    resumed study recorded for it (``CategoricalDistribution does not support dynamic value
+    space``). Searches speak knob names; ``tsopt.search.samplers.KnobView`` translates."""
+
+    @property
+    def param_name(self) -> str:
+        return self.param or self.name
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +111,7 @@ class Knob:
             "kind": self.kind,
             "choices": list(self.choices),
             "doc": self.doc,
+            **({"param": self.param} if self.param else {}),
         }
 
 

@@ -108,6 +108,8 @@ class _Tiling:
     consumers: int
     split: int
     separate: bool
+    split_n: bool
+    """Cooperating warpgroups split the tile along N: each issues m64 x tile_n/consumers."""
     chains: int
     wgs_per_tile: int
     cta_m: int
@@ -152,13 +154,14 @@ def _tiling(genes: Mapping[str, Any], sizes: Mapping[str, int]) -> _Tiling | Non
     consumers = max(1, _int(genes, "consumers", 2))
     split = max(1, _int(genes, "split_k", 1))
     separate = genes.get("arrangement") == "separate"
+    split_n = genes.get("arrangement") == "split_n"
     chains = consumers if separate else 1
     cm, cn = _cluster(genes)
     k_part = -(-k // split)
     return _Tiling(
         m=m, n=n, k=k, tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,
         stages=max(1, _int(genes, "stages", 4)), consumers=consumers, split=split,
-        separate=separate, chains=chains, wgs_per_tile=1 if separate else consumers,
+        separate=separate, split_n=split_n, chains=chains, wgs_per_tile=1 if separate else consumers,
         cta_m=tile_m * chains, cta_n=tile_n, cm=cm, cn=cn,
         persistent=genes.get("persistent") is True,
         tma_store=genes.get("epilogue") == "tma_store",
@@ -217,8 +220,9 @@ def gemm_estimate(genes: Mapping[str, Any], sizes: Mapping[str, int],
 
     # wgmma m64nNk16: a narrow N issues more instructions per flop; one warpgroup per tile
     # leaves the tensor cores idle while it waits on its own wgmma.
-    wg_n_eff = t.tile_n / (t.tile_n + 24.0)
-    wg_m = cta_m // max(1, t.wgs_per_tile) if not t.separate else t.tile_m
+    wg_n = t.tile_n / t.wgs_per_tile if t.split_n else t.tile_n
+    wg_n_eff = wg_n / (wg_n + 24.0)
+    wg_m = t.tile_m if t.separate or t.split_n else cta_m // max(1, t.wgs_per_tile)
     mma_eff = wg_n_eff * (0.82 if t.consumers == 1 else 1.0) * min(1.0, wg_m / 64.0)
     # Several CTAs per SM share its tensor cores: a tile takes per_sm times as long.
     peak_sm = peak_tflops * 1e12 / sm_count / g.per_sm

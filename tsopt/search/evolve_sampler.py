@@ -104,18 +104,20 @@ class EvolveSampler(optuna.samplers.BaseSampler):
             if t.number == trial.number:
                 continue
             for name, dist in t.distributions.items():
-                if isinstance(dist, CategoricalDistribution) and name not in self._choices:
-                    self._choices[name] = tuple(dist.choices)
+                knob = self._knob(name)
+                if isinstance(dist, CategoricalDistribution) and knob not in self._choices:
+                    self._choices[knob] = tuple(dist.choices)
+            params = self._knob_params(t.params)
             if t.number in self._card_values:
-                history.append(Observation(dict(t.params), self._card_values[t.number]))
+                history.append(Observation(params, self._card_values[t.number]))
             elif t.number in self._elsewhere:
-                pending.append(dict(t.params))
+                pending.append(params)
             elif t.state == TrialState.COMPLETE and t.value is not None:
-                history.append(Observation(dict(t.params), float(t.value)))
+                history.append(Observation(params, float(t.value)))
             elif t.state in (TrialState.PRUNED, TrialState.FAIL):
-                history.append(Observation(dict(t.params), None))
+                history.append(Observation(params, None))
             elif t.state == TrialState.RUNNING:
-                pending.append(self._plans.get(t.number, dict(t.params)))
+                pending.append(self._plans.get(t.number, params))
         self.evolution.choices = dict(self._choices)
         if not self._choices:
             return  # nothing known of the space yet: the first trial is random
@@ -128,20 +130,29 @@ class EvolveSampler(optuna.samplers.BaseSampler):
         except AttributeError:
             pass
 
+    def _knob(self, param: str) -> str:
+        """The knob an Optuna parameter samples (a grown knob's is not its name)."""
+        return self.view.knob_name(param) if self.view is not None else param
+
+    def _knob_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A trial's Optuna parameters by knob: what plans, moves and the cost model read."""
+        return self.view.decode(params) if self.view is not None else dict(params)
+
     def sample_independent(self, study: Any, trial: Any, name: str,
                            distribution: Any) -> Any:
-        if isinstance(distribution, CategoricalDistribution) and name not in self._choices:
-            self._choices[name] = tuple(distribution.choices)
+        knob = self._knob(name)
+        if isinstance(distribution, CategoricalDistribution) and knob not in self._choices:
+            self._choices[knob] = tuple(distribution.choices)
         plan = self._plans.get(trial.number, {})
-        if name in plan and isinstance(distribution, CategoricalDistribution):
+        if knob in plan and isinstance(distribution, CategoricalDistribution):
             keys = [repr(c) for c in distribution.choices]
-            if repr(plan[name]) in keys:
-                return distribution.choices[keys.index(repr(plan[name]))]
+            if repr(plan[knob]) in keys:
+                return distribution.choices[keys.index(repr(plan[knob]))]
         return self._random.sample_independent(study, trial, name, distribution)
 
     def predicted(self, params: Mapping[str, Any]) -> float | None:
-        """The cost model's prediction for a trial's params (see Evolution.predicted)."""
-        return self.evolution.predicted(params)
+        """The cost model's prediction for a trial's Optuna params (see Evolution.predicted)."""
+        return self.evolution.predicted(self._knob_params(params))
 
     def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
         self._plans.pop(trial.number, None)

@@ -20,7 +20,10 @@ things the space does not know about:
 Whatever the sampler, its proposal then goes through ``tsopt.search.proposals``: repaired
 into the space's declared legal set (``SearchSpace.proposal_factors``) before the verifier
 judges it. Parameter names and choices stay the space's knobs, so resumed studies and warm
-starts see the distributions they recorded.
+starts see the distributions they recorded; a knob whose choices grew is sampled under a
+parameter name of its own (``Knob.param``: Optuna refuses other choices under a recorded
+name), and :class:`KnobView` translates between the two (``param``, ``knob_name``,
+``encode``/``decode``), reading a recorded trial's old name as the knob's.
 
 Samplers: ``evolve`` (default; one-gene moves from the best measured candidates, ranked
 by a cost model: :mod:`tsopt.search.evolve`), ``tpe`` (multivariate, grouped for conditional knobs, a
@@ -138,8 +141,19 @@ class KnobView:
         return SamplingTrial(trial, self)
 
     def grid(self) -> dict[str, list[Any]]:
-        """The grid of every knob's (restricted) choices."""
-        return {k.name: self.choices(k.name, k.choices) for k in self.knobs}
+        """The grid of every knob's (restricted) choices, by Optuna parameter."""
+        return {k.param_name: self.choices(k.name, k.choices) for k in self.knobs}
+
+    def param(self, name: str) -> str:
+        """The Optuna parameter knob ``name`` is sampled under (``Knob.param``)."""
+        return next((k.param_name for k in self.knobs if k.name == name), name)
+
+    def knob_name(self, param: str) -> str:
+        """The knob an Optuna parameter stands for: its own, or the knob's name itself, under
+        which a study recorded before the knob's choices grew sampled it (the same values mean
+        the same genes). An ordinal index keeps its suffix: it indexes the choices it was
+        drawn from."""
+        return next((k.name for k in self.knobs if param in (k.param_name, k.name)), param)
 
     def grid_size(self) -> int:
         return math.prod(len(v) for v in self.grid().values())
@@ -157,21 +171,22 @@ class KnobView:
             if value not in choices:
                 continue
             if name in self.ordinal:
-                encoded[name + ORDINAL_SUFFIX] = choices.index(value)
+                encoded[knob.param_name + ORDINAL_SUFFIX] = choices.index(value)
             else:
-                encoded[name] = value
+                encoded[knob.param_name] = value
         return encoded
 
     def decode(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Optuna parameters of this view -> knob values."""
-        by_name = {k.name: k for k in self.knobs}
+        """Optuna parameters of this view (or recorded under a grown knob's old name) -> knob
+        values."""
+        by_param = {k.param_name: k for k in self.knobs}
         decoded: dict[str, Any] = {}
         for name, value in params.items():
-            if name.endswith(ORDINAL_SUFFIX) and name[: -len(ORDINAL_SUFFIX)] in by_name:
-                knob_name = name[: -len(ORDINAL_SUFFIX)]
-                decoded[knob_name] = self.choices(knob_name, by_name[knob_name].choices)[value]
+            knob = by_param.get(name.removesuffix(ORDINAL_SUFFIX))
+            if name.endswith(ORDINAL_SUFFIX) and knob is not None:
+                decoded[knob.name] = self.choices(knob.name, knob.choices)[value]
             else:
-                decoded[name] = value
+                decoded[self.knob_name(name)] = value
         return decoded
 
 
@@ -189,10 +204,11 @@ class SamplingTrial:
 
     def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
         narrowed = self._view.choices(name, choices)
+        param = self._view.param(name)
         if name in self._view.ordinal and len(narrowed) >= 2 and all(_is_int(c) for c in narrowed):
-            index = self._trial.suggest_int(name + ORDINAL_SUFFIX, 0, len(narrowed) - 1)
+            index = self._trial.suggest_int(param + ORDINAL_SUFFIX, 0, len(narrowed) - 1)
             return narrowed[index]
-        return self._trial.suggest_categorical(name, narrowed)
+        return self._trial.suggest_categorical(param, narrowed)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._trial, name)
