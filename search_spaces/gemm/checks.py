@@ -196,7 +196,8 @@ def shape_findings(cfg: GemmConfig) -> list[Finding]:
     findings: list[Finding] = []
     low, high, step = WGMMA_N
     wg_n = cfg.wg_tile_n
-    split = f" (tile_n={cfg.tile_n} split along N by {cfg.mma_warpgroups} warpgroups)"
+    named = (f"N={wg_n} (tile_n={cfg.tile_n} split along N by {cfg.mma_warpgroups} "
+             "warpgroups)" if cfg.split_n else f"tile_n={cfg.tile_n}")
     if cfg.split_n and wg_n * cfg.mma_warpgroups != cfg.tile_n:
         findings.append(Finding(
             "tsopt.wgmma_n",
@@ -206,7 +207,7 @@ def shape_findings(cfg: GemmConfig) -> list[Finding]:
     elif not (low <= wg_n <= high and wg_n % step == 0):
         findings.append(Finding(
             "tsopt.wgmma_n",
-            f"N={wg_n}{split if cfg.split_n else ''} is the N of the m64 x N x k16 wgmma each "
+            f"{named} is the N of the m64 x N x k16 wgmma each "
             f"consumer warpgroup issues; for {cfg.dtype} N must be a multiple of {step} from "
             f"{low} to {high}",
         ))
