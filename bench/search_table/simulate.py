@@ -269,9 +269,9 @@ def default_sampler() -> str:
     return next(f.default for f in fields(TuneRequest) if f.name == "sampler")
 
 
-def oracle_sampler(params: dict[str, Any]) -> Any:
-    """A sampler that always proposes ``params`` (the table's optimum): P = 1 by definition,
-    the check that the score is computed right."""
+def oracle_sampler(params: dict[str, Any], view: Any) -> Any:
+    """A sampler that always proposes ``params`` (the table's optimum, by knob name): P = 1 by
+    definition, the check that the score is computed right."""
     import optuna
 
     class Oracle(optuna.samplers.BaseSampler):
@@ -282,7 +282,7 @@ def oracle_sampler(params: dict[str, Any]) -> Any:
             return {}
 
         def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
-            return params[name]
+            return params[view.knob_name(name)]
 
     return Oracle()
 
@@ -294,7 +294,7 @@ def make_strategy(name: str, seed: int, view: Any, space: Any, problem: Any,
 
     if name == "oracle":
         best = next(r for r in table.measured if Table.true_ratio(r) == table.best)
-        return oracle_sampler(json.loads(best["key"]))
+        return oracle_sampler(json.loads(best["key"]), view)
     accepted = inspect.signature(make_sampler).parameters
     extra = {k: v for k, v in (("space", space), ("problem", problem)) if k in accepted}
     return make_sampler(name, seed, view, **extra)
