@@ -18,6 +18,7 @@ from dataclasses import dataclass
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _REGISTER = re.compile(r"\bR(\d+)\b")
 _HGMMA = re.compile(r"\bHGMMA\.(\d+)x(\d+)x\d+\.F32\S*\s+R(\d+)")
+_DEAD_HGMMA = re.compile(r"\bHGMMA\.\d+x\d+x\d+\.\S+\s+RZ\s*,")
 _DEPBAR = re.compile(r"\bWARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)")
 _JUMP = re.compile(r"^(BRA|EXIT|RET)\b")  # unpredicated: the next instruction is a jump target
 
@@ -37,7 +38,14 @@ class SassHazard:
 
 
 def hgmma_accumulators(instruction: str) -> range:
-    """The registers one thread's fp32 HGMMA m64nN writes: N/2 of them from its destination."""
+    """The registers one thread's fp32 HGMMA m64nN writes: N/2 of them from its destination.
+
+    None where ptxas wrote the destination as ``RZ``: it does so for an HGMMA whose results
+    are dead (rows or columns of a tile that the compile-time problem never stores, such as
+    a split_n warpgroup's half of a tile wider than N), and such an HGMMA writes no register
+    the epilogue could read early."""
+    if _DEAD_HGMMA.search(instruction):
+        return range(0)
     m = _HGMMA.search(instruction)
     if m is None:
         raise ValueError(f"not an fp32-accumulator HGMMA: {instruction!r}")
