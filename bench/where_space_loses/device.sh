@@ -17,9 +17,10 @@ timeout 200 python3 bench/gemm_property/gemm_property.py run \
   --index carry/gemm-property-split-n/index.json --out "$W/split-n-property.json" > "$W/property.log" 2>&1
 echo "property rc $?"; tail -4 "$W/property.log"
 for b in mid-fwd fp16-wide-fwd mid-rev fp16-wide-rev; do
-  timeout 100 python3 -m tsopt.workers.runner --bundle "carry/split_n_pairs/$b" > "$W/$b.log" 2>&1
+  timeout 90 python3 -m tsopt.workers.runner --bundle "carry/split_n_pairs/$b" > "$W/$b.log" 2>&1
   echo "$b rc $?"; tail -1 "$W/$b.log"
   cp "carry/split_n_pairs/$b/results.json" "$W/$b.results.json" 2>/dev/null
+  cp "carry/split_n_pairs/$b/manifest.json" "$W/$b.manifest.json"
 done
 cp carry/split_n_pairs/*.roles.json "$W/" 2>/dev/null
 mkdir -p /tmp/dhk && cp -r carry/launch_heldout/launch-gemm-bf16-4x2048x16384 carry/launch_heldout/winners.json /tmp/dhk/
