@@ -6,9 +6,10 @@ express that until ``split_n``. Per problem, here (the DSL):
 
 1. variants of each oracle pick (``bench/regret/oracle-best.json``, the oracle tables'
    three best): arrangement ``split_n`` with two consumers, every (tile_m, tile_n) of
-   {128, 192, 256} x {128, 192, 256}, the pick's other genes kept, stages lowered until
-   the checks accept (the predicting judge: tsopt's checks and the verifier's cheap gates);
-2. the analytical model's best :data:`KEEP` of them, then built (judged in full first);
+   {128, 192, 256} x {128, 192, 256}, with the pick's register split and the seed's, the
+   pick's other genes kept, stages lowered until the checks accept (the predicting judge:
+   tsopt's checks and the verifier's cheap gates);
+2. per tile, the analytical model's best of them, then built (judged in full first);
 3. written with the three oracle picks into one pair bundle, twice in opposite orders
    (``bench/regret/sidebyside.py``), for the GPU machine to measure with
    ``python -m tsopt.workers.runner --bundle`` (torch only).
@@ -22,6 +23,7 @@ The oracle is test data: nothing here feeds the library, a constant or a couplin
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -36,22 +38,26 @@ import sidebyside  # noqa: E402
 
 PROBLEMS = ("mid", "fp16-wide")
 TILES = tuple((m, n) for m in (128, 192, 256) for n in (128, 192, 256))
-KEEP = 8
+REGISTERS = ((40, 232),)
+"""(producer, consumer) register budgets tried beside each pick's own: the seed's, which a
+192-row split_n tile needs (192 x 96 per warpgroup: 144 accumulator registers)."""
 
 
 def variants(space: Any, pick: dict[str, Any], problem: Any, judge: Any) -> list[Any]:
-    """``pick``'s split_n variants the predicting judge accepts, one per tile."""
+    """``pick``'s split_n variants the predicting judge accepts: per tile and register split
+    (:data:`REGISTERS`, the pick's own too), the most stages that fit."""
+    from search_spaces.gemm.config import NUMERIC_CHOICES
     from tsopt.core.genome import Genome
 
     base = space.params_of(Genome.from_dict(pick["genome"]))
-    from search_spaces.gemm.config import NUMERIC_CHOICES
-
     stage_choices = sorted(NUMERIC_CHOICES["stages"], reverse=True)
+    registers = {(base["producer_regs"], base["consumer_regs"]), *REGISTERS}
     out = []
-    for tile_m, tile_n in TILES:
+    for (tile_m, tile_n), (producer, consumer) in itertools.product(TILES, sorted(registers)):
         for stages in [s for s in stage_choices if s <= max(base["stages"], 8)]:
             params = space.coupled({**base, "arrangement": "split_n", "consumers": 2,
-                                    "tile_m": tile_m, "tile_n": tile_n, "stages": stages},
+                                    "tile_m": tile_m, "tile_n": tile_n, "stages": stages,
+                                    "producer_regs": producer, "consumer_regs": consumer},
                                    moved=("arrangement", "tile_m", "tile_n"))
             try:
                 genome = space.genome(**{k: v for k, v in params.items()
@@ -73,20 +79,22 @@ def pick_placement(params: dict[str, Any], task: str) -> tuple[Any, ...]:
 
 
 def choose(space: Any, entry: dict[str, Any], judge: Any) -> list[dict[str, Any]]:
-    """The analytical model's best :data:`KEEP` split_n variants of ``entry``'s picks."""
+    """Per (tile_m, tile_n), the analytical model's best split_n variant of ``entry``'s picks."""
     from tsopt.core.problem import parse_problem_spec
     from tsopt.search.cost_model import analytical_log
 
     problem = parse_problem_spec(entry["problem"])
-    seen: dict[str, Any] = {}
+    best: dict[tuple[int, int], tuple[float, Any]] = {}
     for pick in entry["oracle"]:
         for genome in variants(space, pick, problem, judge):
-            seen.setdefault(genome.hash, genome)
-    ranked = sorted(seen.values(), key=lambda g: analytical_log(
-        space.params_of(g), problem.sizes))
-    print(f"{entry['name']}: {len(seen)} split_n variants accepted; keeping {KEEP}", flush=True)
+            score = analytical_log(space.params_of(genome), problem.sizes)
+            tile = (genome["tile_m"], genome["tile_n"])
+            if tile not in best or score < best[tile][0]:
+                best[tile] = (score, genome)
+    ranked = [g for _, g in sorted(best.values(), key=lambda sg: sg[0])]
+    print(f"{entry['name']}: split_n at {len(ranked)} tiles", flush=True)
     return [{"genome": g.to_dict(), "genome_hash": g.hash,
-             "role": {"kind": "split_n", "rank": i + 1}} for i, g in enumerate(ranked[:KEEP])]
+             "role": {"kind": "split_n", "rank": i + 1}} for i, g in enumerate(ranked)]
 
 
 def main() -> int:
