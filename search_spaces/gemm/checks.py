@@ -515,11 +515,12 @@ def _tile_findings(cfg: GemmConfig) -> list[Finding]:
     rows) and ``tsopt.registers`` (its accumulator, ``wg_tile_m x wg_tile_n`` fp32 over 128
     threads, fits the consumer budget with ~40 registers for addressing).
 
-    The M-split and separate arrangements also keep the template's first cap, 128
-    accumulator registers a thread (``m_repeats x tile_n <= 256``), which no measurement set
-    and which keeps their verdicts as recorded. ``split_n`` is judged by the budget alone:
-    cuBLAS's coopB 192x192 tile (bench/where_space_loses) holds 192x96 per warpgroup, 144
-    registers, which that cap would refuse."""
+    Every arrangement keeps the template's first cap, 128 accumulator registers a thread
+    (``m_repeats x wg_tile_n <= 256``). ``split_n`` was first let past it (cuBLAS's coopB
+    192x192 tile holds 192x96 per warpgroup, 144 registers), but this kernel does not hold
+    them: compiled at 4096^3 with 232 consumer registers, 192x192 spills 624 bytes a thread
+    and 256x192 1,744 (ptxas compiles the 384-thread kernel to 168 registers), and such
+    kernels ran at 0.04-0.10x cuBLAS (bench/where_space_loses, stop 46)."""
     if cfg.tile_m % (64 * (1 if cfg.split_n else cfg.mma_warpgroups)):
         rows = cfg.tile_m / cfg.mma_warpgroups
         hint = (f" ({rows:g} rows each; split it along N instead, arrangement 'split_n')"
@@ -529,11 +530,12 @@ def _tile_findings(cfg: GemmConfig) -> list[Finding]:
             f"tile_m={cfg.tile_m} does not split into m64 wgmma rows for {cfg.mma_warpgroups} "
             f"consumer warpgroups splitting it along M{hint}",
         )]
-    if not cfg.split_n and cfg.m_repeats * cfg.wg_tile_n > 256:
+    if cfg.m_repeats * cfg.wg_tile_n > 256:
         return [Finding(
             "tsopt.registers",
             f"{cfg.acc_registers} fp32 accumulator registers per thread "
-            f"({cfg.wg_tile_m}x{cfg.wg_tile_n} per warpgroup): more than a warpgroup can hold",
+            f"({cfg.wg_tile_m}x{cfg.wg_tile_n} per warpgroup): more than a warpgroup can hold "
+            "without spilling (the cap is 128)",
         )]
     if cfg.acc_registers + 40 > cfg.consumer_regs:
         return [Finding(
