@@ -89,6 +89,12 @@ SURVEY_TESTS = 256
 """Legality tests the survey makes at most (a test is arithmetic or a memoised cheap verdict)."""
 SURVEY_BASES = 8
 """Legal random drafts whose other genes (placements, warps) the survey's picks borrow."""
+SURVEY_LEADS = 8
+"""Families per survey slot the survey ranks, improves and tries to make legal (at most
+:data:`SURVEY_TESTS` tests). The model does not see every rule, so at a large shape its best
+families are mostly illegal (a 256x256 tile over the register cap): with 2 a slot, the
+survey at 8192^3 and 4096^3 kept 1-3 of its 8 (seeds 1-3); with 8 it keeps 8, for about 2 s
+more per study (``bench/proposals/survey_size.py``)."""
 FAMILY = ("tile_m", "tile_n", "cluster", "swap_ab", "split_k", "stream_k")
 """The genes that make a schedule family for the survey: its tile, cluster and decomposition."""
 
@@ -341,7 +347,7 @@ class Evolution:
         genes = {name: self.choices[name] for name in reads}
         couple = self.couple or (lambda params, moved: dict(params))
         draws = self._family_draws(genes, couple, rng)
-        leaders = self._best_per_family(draws)[: self.survey * 2]
+        leaders = self._best_per_family(draws)[: self.survey * SURVEY_LEADS]
         improved = self._best_per_family([self._improve(p, genes, couple) for p in leaders])
         tests = 0
         bases: list[Params] = []
