@@ -383,9 +383,10 @@ def test_the_descent_reaches_a_schedule_several_genes_from_every_parent() -> Non
 def test_the_first_proposals_survey_the_model_s_best_families(gemm_space) -> None:  # type: ignore[no-untyped-def]
     # A fresh study's first proposals are one legal schedule per family (tiles, cluster,
     # swap, split, stream-K), the model's best of each, best family first, before any
-    # one-gene move. At 128x8192x8192 the family measured best on the H200 (the seed
-    # library's first: 64x128 tiles, unswapped, a 2x1 cluster multicasting B; 1.00-1.01x
-    # cuBLAS in bench/tune_gpu rounds 6-9) is among them.
+    # one-gene move. Whether the family measured best at 128x8192x8192 (64x128, 2x1) is
+    # among them depends on the seed's draws (1 of seeds 0-7 since tile_m and arrangement
+    # grew); draws stratified by family surveyed it at 7 of 8 but cost the measured 8192^3
+    # table's replay P 0.777 -> 0.719, so the survey is not asked for it (stop 46 note).
     from tsopt.search.evolve import FAMILY, SURVEY, declared_legal
     from tsopt.search.evolve_sampler import evolve_sampler
     from tsopt.search.proposals import Proposer
@@ -407,11 +408,6 @@ def test_the_first_proposals_survey_the_model_s_best_families(gemm_space) -> Non
     assert all(legal(p) for p in survey)
     predicted = list(evolution.model.predict(survey))
     assert predicted == sorted(predicted)
-    (best,) = lookup(load_library(), "gemm", problem, "sm_90a", limit=1)
-    measured_best = gemm_space.params_of(best.genome)
-    assert (measured_best["tile_m"], measured_best["tile_n"], measured_best["cluster"]) == (
-        64, 128, "2x1")
-    assert tuple(repr(measured_best.get(g)) for g in FAMILY) in families
     for i, expected in enumerate(survey):
         assert evolution.propose([], pending=survey[:i]) == expected
         assert evolution.last["how"] == "survey"

@@ -33,7 +33,6 @@ genes; a placement is one categorical value).
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 import zlib
@@ -346,7 +345,7 @@ class Evolution:
         rng = random.Random(zlib.crc32(f"survey:{self.seed}".encode()))
         genes = {name: self.choices[name] for name in reads}
         couple = self.couple or (lambda params, moved: dict(params))
-        draws = self._family_draws(genes, couple, rng)
+        draws = [couple(random_params(genes, rng), ()) for _ in range(SURVEY_DRAWS)]
         leaders = self._best_per_family(draws)[: self.survey * SURVEY_LEADS]
         improved = self._best_per_family([self._improve(p, genes, couple) for p in leaders])
         tests = 0
@@ -375,31 +374,6 @@ class Evolution:
             self._survey = [self._survey[i] for i in sorted(range(len(self._survey)),
                                                             key=lambda i: (predicted[i], i))]
         return self._survey
-
-    def _family_draws(self, genes: Mapping[str, Sequence[Any]], couple: Coupler,
-                      rng: random.Random) -> list[Params]:
-        """:data:`SURVEY_DRAWS` drafts of the model's genes, stratified by family: every
-        family the couplings allow gets its share of draws of the other genes, in turn.
-        Drawn at random as a whole, the families a coupling narrows (split-K, stream-K: one
-        cluster) took most draws and a clustered tile family one or none, so whether the
-        survey saw a shape's best family was the seed's luck."""
-        names = [name for name in FAMILY if name in genes]
-        families: dict[tuple[str, ...], Params] = {}
-        for values in itertools.product(*(genes[name] for name in names)):
-            family = couple(dict(zip(names, values, strict=True)), tuple(names))
-            if all(repr(family.get(n)) == repr(v) for n, v in zip(names, values, strict=True)):
-                families.setdefault(tuple(repr(family[n]) for n in names), family)
-        if not families:
-            return [couple(random_params(genes, rng), ()) for _ in range(SURVEY_DRAWS)]
-        order = list(families.values())
-        rng.shuffle(order)
-        draws = []
-        for i in range(max(SURVEY_DRAWS, len(order))):
-            family = order[i % len(order)]
-            draw = couple({**random_params(genes, rng), **family}, tuple(family))
-            if all(repr(draw.get(n)) == repr(v) for n, v in family.items()):
-                draws.append(draw)
-        return draws
 
     def _best_per_family(self, candidates: Sequence[Mapping[str, Any]]) -> list[Params]:
         """The model's best of each family among ``candidates``, best family first."""
