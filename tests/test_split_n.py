@@ -20,6 +20,7 @@ optuna = pytest.importorskip("optuna")
 
 from optuna.distributions import CategoricalDistribution  # noqa: E402
 
+from tests.test_hopper_gemm import compile_ptx  # noqa: E402
 from tsopt.core.problem import Problem  # noqa: E402
 from tsopt.core.registry import get_space  # noqa: E402
 from tsopt.search.cost_model import features, gemm_estimate  # noqa: E402
@@ -50,39 +51,27 @@ def test_split_n_sizes_are_per_warpgroup(space) -> None:
     assert (seed.wg_tile_m, seed.wg_tile_n, seed.epi_cols) == (64, 256, 64)
 
 
+def _wgmma_shapes(ptx: str) -> set[str]:
+    return set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k16)", ptx))
+
+
 def test_a_192_by_128_n_split_passes_and_compiles_to_m64n64_wgmma(space) -> None:
-    import tempfile
-
-    import cutlass.cute as cute
-
     genome = space.genome(tile_m=192, tile_n=128, arrangement="split_n")
     verdict = verify_genome(genome, MID, space=space, cache=VerdictCache())
     assert verdict.valid, verdict.summary()
-    spec = space.kernel_spec(genome, MID, "sm_90a")
-    with tempfile.TemporaryDirectory() as dump:
-        ptx = cute.compile(spec.host_fn, *spec.compile_args,
-                           options=f"--gpu-arch sm_90a --keep-ptx --dump-dir {dump}").__ptx__
-    shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k16)", ptx))
-    assert shapes == {"m64n64k16"}  # each warpgroup over half the columns, not m64n128
+    ptx = compile_ptx(space, genome, MID)
+    assert _wgmma_shapes(ptx) == {"m64n64k16"}  # each warpgroup over half the columns, not m64n128
     assert ".reqntid 384, 1, 1" in ptx and ".local" not in ptx
 
 
 @pytest.mark.slow
 def test_n_split_tma_store_on_a_ragged_problem_compiles_to_bulk_stores(space) -> None:
-    import tempfile
-
-    import cutlass.cute as cute
-
     genome = space.genome(tile_m=128, tile_n=256, arrangement="split_n", epilogue="tma_store",
                           stages=3)
     verdict = verify_genome(genome, RAGGED, space=space, cache=VerdictCache())
     assert verdict.valid, verdict.summary()
-    spec = space.kernel_spec(genome, RAGGED, "sm_90a")
-    with tempfile.TemporaryDirectory() as dump:
-        ptx = cute.compile(spec.host_fn, *spec.compile_args,
-                           options=f"--gpu-arch sm_90a --keep-ptx --dump-dir {dump}").__ptx__
-    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k16)", ptx)) == {
-        "m64n128k16"}
+    ptx = compile_ptx(space, genome, RAGGED)
+    assert _wgmma_shapes(ptx) == {"m64n128k16"}
     assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx and "st.global" not in ptx
 
 
