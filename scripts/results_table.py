@@ -459,6 +459,8 @@ def fig_heldout_regret(_: Sequence[CorpusRecord]) -> str:
     for problem in doc["problems"]:
         last: dict[int, dict[str, Any]] = {}
         for w in problem["winners"]:
+            if w.get("retimed"):  # its row comes from its own study's document
+                continue
             if w["seed"] not in last or w["round"] > last[w["seed"]]["round"]:
                 last[w["seed"]] = w
         for seed, w in sorted(last.items()):

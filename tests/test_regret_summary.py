@@ -82,3 +82,21 @@ def test_a_document_without_an_oracle_pick_is_refused_in_one_line(tmp_path: Path
     assert done.returncode == 2
     assert done.stderr.strip() == "error: problem toy-b: no oracle pick among its entries"
     assert not (tmp_path / "regret.json").exists()
+
+
+def test_a_winner_timed_again_beside_another_seed_is_labelled_and_counted_once(
+        tmp_path: Path) -> None:
+    # gpu_tune.py --beside: seed 2's document holds seed 2's study and times seed 1's winner
+    # again beside it; seed 1's own study is in an earlier document.
+    doc = json.loads((FIXTURES / "inline-SYNTHETIC.json").read_text())
+    doc["problems"][0]["studies"] = [{"seed": 2, "budget": "4m", "trajectory": []}]
+    beside = tmp_path / "inline-s2.json"
+    beside.write_text(json.dumps(doc))
+    done = summarise(tmp_path, beside)
+    assert done.returncode == 0, done.stderr
+    seed1, seed2 = json.loads((tmp_path / "regret.json").read_text())["problems"][0]["winners"]
+    assert (seed1["retimed"], seed2["retimed"], seed2["budget"]) == (True, False, "4m")
+    table = (tmp_path / "regret.md").read_text()
+    assert "| 1 | end, timed again beside the other seed |" in table
+    assert "| 2 | end of 4m |" in table
+    assert "Goals met: 0 of 1 winners" in table  # seed 2 only; seed 1 counts in its own

@@ -218,8 +218,13 @@ def summarise_documents(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                        host=doc.get("host"), device=_device(entry), started=doc.get("started"),
                        synthetic=bool(doc.get("synthetic")), source=doc.get("_source"),
                        studies=[study_summary(s) for s in entry.get("studies", [])])
+            budgets = {s.get("seed"): s.get("budget") for s in row["studies"]}
             for w in row["winners"]:
                 w["meets_goal"], w["goal"], w["vendor_ok"] = meets(w), goal_for(w), vendor_holds(w)
+                # A gpu-inline winner whose study is not in this document was brought in from
+                # an earlier one (gpu_tune.py --beside) and timed again beside this seed's.
+                w["budget"] = budgets.get(w["seed"])
+                w["retimed"] = bool(row["studies"]) and w["seed"] not in budgets
             row["seed_pairs"] = seed_pairs(row)
             problems.append(row)
     pairs = [p for row in problems for p in row["seed_pairs"]]

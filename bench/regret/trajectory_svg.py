@@ -41,7 +41,10 @@ def curves(regret: dict, results: Path) -> list[tuple[str, str, list[tuple[float
             if not points or float(x["best"]) / oracle != points[-1][1]:
                 points.append((float(x["t"]), float(x["best"]) / oracle))  # where it steps
         card = "H200" if any("H200" in d for d in problem["device"]) else "H100"
-        found.append((problem["name"], card, points))
+        seed = study.get("seed", 1)
+        budget = study.get("budget", "5m")
+        name = problem["name"] + (f" s{seed}" if seed != 1 else "")
+        found.append((name + (f", {budget}" if budget != "5m" else ""), card, points))
     return sorted(found)
 
 
