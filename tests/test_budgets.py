@@ -40,7 +40,10 @@ def test_built_bounds_the_study_by_built_candidates_and_resumes_to_a_larger_boun
     assert code == 0
     assert funnel(url, "built")["built"] == 2
     assert "stopped: the study holds 2 built candidates (--built 2)" in text
-    assert "(a trial is one proposal of the sampler)" in text and "2 built" in text
+    # The space's seed is built beside the trials, and the counts say so (2 built, 1 trial).
+    assert "1 trials this run" in text and "2 built" in text
+    assert "(a trial is one proposal of the sampler, besides the space's seed)" in text
+    assert "proposed 1 + the seed |" in text
     code, text = run(request(tmp_path, url, study="built", trials=None, built=3))
     assert code == 0 and funnel(url, "built")["built"] == 3  # the study's total, as --trials
 

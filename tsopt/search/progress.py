@@ -39,6 +39,7 @@ class TuneStats:
     """Counters of one run (the study's earlier runs are in the database)."""
 
     proposed: int = 0  # trials asked (or resumed) in this run
+    seeded: bool = False  # the space's own seed taken up: judged and built, but not a trial
     duplicates: int = 0  # of them, genomes this study had seen: never rebuilt or re-measured
     rejected: Counter[str] = field(default_factory=Counter)
     valid: int = 0
@@ -105,8 +106,8 @@ class TuneStats:
         measured = sum(self.measured.values())
         by_status = ", ".join(f"{k} {v}" for k, v in sorted(self.measured.items()))
         parts = [
-            f"proposed {self.proposed}" + (f" (seen before {self.duplicates})"
-                                           if self.duplicates else ""),
+            f"proposed {self.proposed}" + (" + the seed" if self.seeded else "")
+            + (f" (seen before {self.duplicates})" if self.duplicates else ""),
             f"valid {self.valid}",
             f"rejected {rejected}" + (f" ({top})" if top else ""),
             f"built {self.built}" + (f" (cached {self.build_cache_hits})"
@@ -214,8 +215,9 @@ def trials_line(stats: TuneStats, seconds: float) -> str:
     """What this run's trials became: a trial is a proposal, not a built or timed kernel."""
     rejected = sum(stats.rejected.values())
     measured = sum(stats.measured.values())
+    besides = ", besides the space's seed" if stats.seeded else ""
     line = (f"{stats.proposed} trials this run in {seconds:.1f} s (a trial is one proposal of the "
-            f"sampler): {rejected} rejected by the checks, {stats.duplicates} seen before, "
+            f"sampler{besides}): {rejected} rejected by the checks, {stats.duplicates} seen before, "
             f"{stats.built} built ({stats.build_cache_hits} from the cache"
             + (f", {stats.build_failed} failed" if stats.build_failed else "")
             + f"), {measured} measured ({stats.measured.get('ok', 0)} timed correct)")

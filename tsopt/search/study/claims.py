@@ -109,6 +109,7 @@ class Claims:
             job = Job(seed, claim.candidate_id, "seed")
             job.verdict, job.build = recorded.verdict, recorded.build
             self.jobs[seed.hash] = job
+            self.stats.seeded = True
             self.start(job)
 
     def take_up(self) -> list[Any]:
