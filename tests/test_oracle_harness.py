@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +122,58 @@ def test_the_chooser_is_deterministic_legal_and_stratified(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+def test_a_grown_space_gets_a_supplement_of_the_values_its_plan_lacks(tmp_path: Path) -> None:
+    """The committed plan of ``mid`` was chosen before ``arrangement`` gained ``split_n`` and
+    ``tile_m`` 192: ``--grown`` adds candidates holding exactly those, none of the plan's own,
+    with the given anchors beside them, the same for the same seed."""
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    base = read_fixture("oracle/plans/mid.json.xz")
+    (plans / "mid.json").write_text(json.dumps(base))
+    anchor = base["candidates"][5]  # any genome of the plan stands in for its best here
+    anchors = tmp_path / "oracle-best.json"
+    anchors.write_text(json.dumps({"problems": [{"name": "mid", "oracle": [
+        {"genome_hash": anchor["genome_hash"], "genome": anchor["genome"]}]}]}))
+    made = []
+    for out in ("a", "b"):
+        (tmp_path / out).mkdir()
+        (tmp_path / out / "mid.json").write_text(json.dumps(base))
+        run = script("choose.py", "--grown", "--problem", "mid", "--count", "6",
+                     "--anchors", str(anchors), "--out", str(tmp_path / out))
+        assert run.returncode == 0, run.stderr
+        made.append(json.loads((tmp_path / out / "mid.grown.json").read_text()))
+    plan, again = made
+    assert [c["genome"] for c in plan["candidates"]] == [c["genome"] for c in again["candidates"]]
+    assert plan["name"] == "mid.grown" and plan["problem"] == base["problem"]
+    assert plan["supplements"]["plan"] == "mid.json"
+    assert plan["supplements"]["grown"] == ["arrangement='split_n'", "tile_m=192"]
+    assert plan["supplements"]["anchors"] == [anchor["genome_hash"]]
+    assert not any(s.startswith("stream-k ") and "split_n" in s
+                   for s in plan["chooser"]["strata"])  # stream-K runs cooperative only
+    [first, *added] = plan["candidates"]
+    assert first["origin"] == "anchor" and first["genome_hash"] == anchor["genome_hash"]
+    assert len(added) == plan["count"] == 6
+    base_hashes = {c["genome_hash"] for c in base["candidates"]}
+    space = get_space("gemm")
+    space.judge = judge_for(space)
+    problem = parse_problem_spec(plan["problem"])
+    proposer = Proposer(space, problem, KnobView.of(space, problem, "evolve"),
+                        predicting_judge(space))
+    predict = predicting_judge(space)
+    for cand in added:
+        assert cand["genome_hash"] not in base_hashes
+        assert cand["params"]["arrangement"] == "split_n" or cand["params"]["tile_m"] == 192
+        for knob, value in cand["forced"].items():
+            assert cand["params"][knob] == value
+        assert proposer.legal(cand["params"]), cand["genome_hash"]
+        assert predict(Genome.from_dict(cand["genome"]), problem).valid
+    # A supplement needs the plan it supplements: one line, exit 2.
+    missing = script("choose.py", "--grown", "--problem", "mid", "--out", str(tmp_path / "none"))
+    assert missing.returncode == 2 and "none/mid.json is missing" in missing.stderr
+    assert missing.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.slow
 def test_two_candidates_built_without_the_search_stack_then_summarised(tmp_path: Path) -> None:
     chosen = script("choose.py", "--problem", "ragged-small", "--count", "2",
                     "--out", str(tmp_path / "plans"))
@@ -156,6 +209,21 @@ def test_two_candidates_built_without_the_search_stack_then_summarised(tmp_path:
     [again] = json.loads((state / "oracle-results.json").read_text())["plans"]
     assert again["counts"]["built"] == 2 and again["screen"] is None
     assert again["runner_calls"] and again["runner_calls"][0]["rc"] != 0
+
+    # A state shipped without its build cache (the plan's index and screen bundle only): the
+    # confirmation bundle is made from the screen bundle's artifacts, every file checked.
+    spec = importlib.util.spec_from_file_location("oracle_build", SCRIPTS["build_and_measure.py"])
+    assert spec is not None and spec.loader is not None
+    harness = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(SCRIPTS["choose.py"].parent))
+    spec.loader.exec_module(harness)
+    shutil.rmtree(state / "artifacts")
+    rows = [harness.in_screen_bundle(json.loads(line), state / "ragged-small" / "screen")
+            for line in (state / "ragged-small" / "index.jsonl").read_text().splitlines()]
+    assert all(Path(r["artifact_dir"]).is_dir() for r in rows)
+    confirm = harness.bundle_of(state / "ragged-small" / "confirm", harness.read_plan(plan_path),
+                                rows[:1], "confirm")
+    assert [c.genome_hash for c in read_manifest(confirm).candidates] == [rows[0]["genome_hash"]]
 
     # The summariser on SYNTHETIC measurements of those two (no GPU here; named so).
     fake = dict(doc)

@@ -395,6 +395,8 @@ def test_a_swizzle_band_wider_than_the_problem_is_rejected_with_its_geometry(gem
                        raster="m", swizzle=8)
     findings = [f for f in gemm.tsopt_checks(wide, problem) if f.rule == "tsopt.swizzle_band"]
     assert findings and "swizzle 8" in findings[0].message and "1 cluster" in findings[0].message
+    # the kernel's size, so that a reader (and the property harness) sees the geometry named
+    assert "across N=128 of the swapped kernel" in findings[0].message, findings[0].message
     for fits in (gemm.genome(swap_ab=True, tile_m=64, tile_n=128, consumers=1, persistent=True,
                              raster="n", swizzle=8),  # bands along M: 128 tiles there
                  gemm.genome(swap_ab=True, tile_m=64, tile_n=128, consumers=1, persistent=True,

@@ -22,6 +22,9 @@ most 8 files): per plan its index rows, the screen's and the confirmation's ``re
 ``--deadline`` (seconds from the start) stops building in time to measure what was built; a
 bundle not measured to its end is measured on by the next call (the runner resumes a
 results.json). ``--runner-arg`` passes options to the runner (e.g. a launch mode).
+``--measure-only`` measures a state built before (here or on another machine: a plan's folder
+of ``index.jsonl`` and ``screen/`` is enough, its confirmation bundle is made from the screen
+bundle's artifacts when the build cache is not on the machine).
 
 On the GPU machine, the DSL on PYTHONPATH (bench/device_dsl/README.md)::
 
@@ -241,9 +244,22 @@ def built_rows(plan: dict[str, Any], args: argparse.Namespace, stop_at: float,
     state.mkdir(parents=True, exist_ok=True)
     if args.measure_only:
         index = state / "index.jsonl"
-        return ([json.loads(line) for line in index.read_text().splitlines() if line.strip()]
+        rows = ([json.loads(line) for line in index.read_text().splitlines() if line.strip()]
                 if index.exists() else [])
+        return [in_screen_bundle(row, state / "screen") for row in rows]
     return build_plan(plan, state, args.workers, stop_at, say)
+
+
+def in_screen_bundle(row: dict[str, Any], screen: Path) -> dict[str, Any]:
+    """``row`` with its artifact taken from the screen bundle where the build cache it names
+    is not on this machine (a state built elsewhere and shipped without its cache)."""
+    from tsopt.core.bundle import ARTIFACTS_DIR
+
+    built = row.get("artifact_dir")
+    copy = screen / ARTIFACTS_DIR / str(row.get("genome_hash"))
+    if built and not Path(built).is_dir() and copy.is_dir():
+        return {**row, "artifact_dir": str(copy)}
+    return row
 
 
 def measure_plan(plan: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace,

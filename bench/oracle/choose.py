@@ -34,8 +34,19 @@ How a plan is chosen (deterministic: the same held-out file, seed and space give
 
 Nothing here is measured or read from a measurement of a held-out problem.
 
+**When the space grows** (``--grown``): a plan chosen before a knob gained a value holds no
+candidate with it, so its oracle is no longer the space's best. ``--grown`` reads each
+problem's committed plan (``plans/<name>.json``) and writes a supplement,
+``plans/<name>.grown.json`` (plan name ``<name>.grown``): every candidate holds one of the
+values the committed plan holds none of (placements aside), each such value crossed with the
+twelve strata as a stratum of its own, chosen as above; none is a candidate of the committed
+plan. The committed oracle's best (``--anchors``, default ``bench/regret/oracle-best.json``:
+its top confirmed genomes) rides along as ``anchor`` candidates, so that one device call
+measures the old best and the new values side by side. The anchors are the oracle's own
+re-measurement, never a reason for any choice of the supplement.
+
     CUTE_DSL_ARCH=sm_90a .venv/bin/python bench/oracle/choose.py [--problem NAME ...] \
-        [--seed 0] [--count N] [--out bench/oracle/plans]
+        [--seed 0] [--count N] [--out bench/oracle/plans] [--grown [--anchors FILE]]
 """
 
 from __future__ import annotations
@@ -76,6 +87,9 @@ DECOMPOSITIONS: dict[str, dict[str, Any]] = {
 }
 STRATUM_KNOBS = ("persistent", "stream_k", "split_k", "swap_ab")
 """The knobs a stratum fixes (decomposition and swap-AB)."""
+GROWN_PER_STRATUM = 2
+"""A supplement's candidates by default, per (grown value, stratum): the model's pick and a
+coverage pick."""
 
 
 def strata() -> list[tuple[str, dict[str, Any]]]:
@@ -84,6 +98,32 @@ def strata() -> list[tuple[str, dict[str, Any]]]:
         for swap in (False, True):
             out.append((f"{name}{'+swap' if swap else ''}", {**values, "swap_ab": swap}))
     return out
+
+
+def grown_strata(grown: Sequence[tuple[str, Any]],
+                 space: Any = None) -> list[tuple[str, dict[str, Any]]]:
+    """The supplement's strata: each grown (knob, value) crossed with the twelve strata, less
+    those whose structure the space's couplings give another value of the knob (stream-K
+    runs the cooperative arrangement, so no stream-K candidate can hold ``split_n``)."""
+    out = []
+    for knob, value in grown:
+        for name, fixed in strata():
+            wanted = {**fixed, knob: value}
+            coupled = space.coupled(wanted, STRATUM_KNOBS) if space is not None else wanted
+            if repr(coupled.get(knob)) != repr(value):
+                continue
+            out.append((f"{name} {knob}={value!r}", wanted))
+    return out
+
+
+def grown_values(plan: Mapping[str, Any],
+                 choices: Mapping[str, Sequence[Any]]) -> list[tuple[str, Any]]:
+    """The (knob, value) pairs of today's space that no candidate of ``plan`` holds, placement
+    knobs aside (their values are named orders of ops, not new kernels), in the space's order."""
+    held = {(name, repr(value)) for c in plan["candidates"]
+            for name, value in c["params"].items()}
+    return [(name, value) for name, values in choices.items() if ".placement" not in name
+            for value in values if (name, repr(value)) not in held]
 
 
 def decomposition_of(params: Mapping[str, Any]) -> str:
@@ -117,7 +157,8 @@ class MemoSearches:
 class Chooser:
     """The plan of one held-out problem (see the module doc)."""
 
-    def __init__(self, space_name: str, problem: Any, seed: int) -> None:
+    def __init__(self, space_name: str, problem: Any, seed: int,
+                 exclude: Sequence[str] = ()) -> None:
         from tsopt.core.registry import get_space
         from tsopt.search.cost_model import CostModel
         from tsopt.search.evolve import space_completer
@@ -140,7 +181,8 @@ class Chooser:
         self.rng = random.Random(zlib.crc32(f"oracle:{seed}:{problem.key}".encode()))
         self.seed = seed
         self.picked: list[dict[str, Any]] = []
-        self.hashes: set[str] = set()
+        self.hashes: set[str] = set(exclude)
+        """Genomes the plan holds, and those it must not (another plan's, for a supplement)."""
         self.coverage: Counter[tuple[str, str]] = Counter()
         self.failures: Counter[tuple[str, str, str]] = Counter()
         self.unreachable: set[tuple[str, str, str]] = set()
@@ -200,7 +242,7 @@ class Chooser:
         values not found unreachable in it."""
         options = []
         for name, values in self.choices.items():
-            if name in STRATUM_KNOBS or len(values) < 2:
+            if name in STRATUM_KNOBS or name in fixed or len(values) < 2:
                 continue
             for value in values:
                 if (stratum, name, repr(value)) in self.unreachable:
@@ -231,6 +273,11 @@ class Chooser:
     def model_pick(self, stratum: str, fixed: Mapping[str, Any]) -> bool:
         drafts = [self.space.coupled(self._random_draft(fixed), list(fixed))
                   for _ in range(MODEL_DRAWS)]
+        # A coupling can overrule a fixed value (a grown one the stratum's structure refuses):
+        # such a draft is not of this stratum.
+        drafts = [d for d in drafts if all(repr(d.get(k)) == repr(v) for k, v in fixed.items())]
+        if not drafts:
+            return False
         predicted = self.model.predict(drafts)
         for i in sorted(range(len(drafts)), key=lambda i: (predicted[i], i))[:4]:
             full = self._legal(drafts[i], list(fixed))
@@ -258,9 +305,28 @@ class Chooser:
             if self.proposer.legal(params):
                 self._accept(params, origin, decomposition_of(params), {})
 
-    def choose(self, count: int, say: Any = print) -> list[dict[str, Any]]:
-        self.starts(count)
-        groups = strata()
+    def anchor(self, genomes: Sequence[Mapping[str, Any]]) -> None:
+        """Genomes re-measured beside the plan (a supplement's anchors), kept as they are."""
+        from tsopt.core.genome import Genome
+
+        for doc in genomes:
+            genome = Genome.from_dict(dict(doc))
+            params = self.view.decode(self.view.encode(self.space.params_of(genome)))
+            self.hashes.add(genome.hash)
+            self.picked.append({"genome_hash": genome.hash, "origin": "anchor",
+                                "stratum": "anchor", "family": decomposition_of(params),
+                                "forced": {}, "params": {k: params[k] for k in sorted(params)},
+                                "genome": genome.to_dict()})
+
+    def choose(self, count: int, say: Any = print,
+               groups: Sequence[tuple[str, dict[str, Any]]] | None = None
+               ) -> list[dict[str, Any]]:
+        """``count`` candidates over ``groups`` (default: the twelve strata, after the seed
+        and the library's genomes), beside any already picked (anchors)."""
+        count += len(self.picked)
+        if groups is None:
+            self.starts(count)
+            groups = strata()
         alive = {name for name, _ in groups}
         misses: Counter[str] = Counter()
         per_stratum: Counter[str] = Counter(c["stratum"] for c in self.picked)
@@ -325,6 +391,64 @@ def make_plan(item: Any, held_version: int, seed: int, count: int | None = None,
     }
 
 
+def make_grown_plan(item: Any, held_version: int, seed: int, base: Mapping[str, Any],
+                    base_sha256: str, anchors: Sequence[Mapping[str, Any]],
+                    count: int | None = None, say: Any = print) -> dict[str, Any] | None:
+    """The supplement to ``base`` (the committed plan of ``item``): ``count`` candidates
+    (default :data:`GROWN_PER_STRATUM` a stratum) holding the values today's space has and
+    ``base`` holds none of, with ``anchors`` (genome dicts) beside them; None when ``base``
+    holds every value already."""
+    from tsopt.verify.verifier import verifier_version
+
+    start = time.process_time()
+    base_hashes = [c["genome_hash"] for c in base["candidates"]]
+    chooser = Chooser(item.space, item.problem, seed, exclude=base_hashes)
+    grown = grown_values(base, chooser.choices)
+    if not grown:
+        return None
+    groups = grown_strata(grown, chooser.space)
+    count = count if count is not None else GROWN_PER_STRATUM * len(groups)
+    chooser.anchor(anchors)
+    picked = chooser.choose(count, say, groups)
+    added = [c for c in picked if c["origin"] != "anchor"]
+    return {
+        "format": PLAN_FORMAT, "version": PLAN_VERSION,
+        "heldout_version": held_version, "name": f"{item.name}.grown", "space": item.space,
+        "problem": item.spec, "arch": ARCH, "seed": seed,
+        "supplements": {"plan": f"{item.name}.json", "sha256": base_sha256,
+                        "grown": [f"{k}={v!r}" for k, v in grown],
+                        "anchors": [c["genome_hash"] for c in picked
+                                    if c["origin"] == "anchor"]},
+        "oracle": count, "wanted": count, "count": len(added),
+        "space_source": chooser.space.source_digest(),
+        "verifier_version": verifier_version(chooser.space),
+        "chooser": {"model_share": MODEL_SHARE, "model_draws": MODEL_DRAWS,
+                    "value_failures": VALUE_FAILURES, "stratum_failures": STRATUM_FAILURES,
+                    "strata": [n for n, _ in groups]},
+        "chooser_cpu_s": round(time.process_time() - start, 1),
+        "predicted_rejections": dict(chooser.rejected.most_common()),
+        "uncovered": [f"{k}={v!r}" for k, v in grown
+                      if not any(repr(c["params"].get(k)) == repr(v) for c in added)],
+        "coverage": coverage_table(added, chooser.choices),
+        "candidates": picked,
+    }
+
+
+def read_anchors(path: Path, name: str) -> list[dict[str, Any]]:
+    """The committed oracle's best genomes of held-out problem ``name`` (``oracle_best.py``'s
+    file); none when the file does not name the problem."""
+    from tsopt.core.errors import UserInputError
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserInputError(f"--anchors {path}: cannot be read ({exc})") from None
+    for problem in doc.get("problems", []):
+        if problem.get("name") == name:
+            return [pick["genome"] for pick in problem["oracle"]]
+    return []
+
+
 def write_plan(plan: dict[str, Any], path: Path) -> None:
     """The plan as JSON with one candidate a line (a diff shows which candidates changed)."""
     head = {k: v for k, v in plan.items() if k != "candidates"}
@@ -350,6 +474,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=None,
                         help="candidates per plan (default: the problem's oracle count + 10%%)")
     parser.add_argument("--out", type=Path, default=HERE / "plans")
+    parser.add_argument("--grown", action="store_true",
+                        help="a supplement to each committed plan under --out: candidates "
+                             "holding the values the space has gained since (<name>.grown.json)")
+    parser.add_argument("--anchors", type=Path, default=ROOT / "bench" / "regret" /
+                        "oracle-best.json",
+                        help="with --grown: the committed oracle's best genomes, measured beside")
     args = parser.parse_args(argv)
     try:
         held = load_heldout(args.heldout)
@@ -360,6 +490,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.grown:
+        return main_grown(items, held.version, args)
     args.out.mkdir(parents=True, exist_ok=True)
     for item in items:
         print(f"{item.name} ({item.spec}): choosing", flush=True)
@@ -371,6 +503,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {plan['count']} of {plan['wanted']} in {plan['chooser_cpu_s']} CPU-s; "
               f"families {families}; values no candidate holds: {uncovered or 'none'}"
               f" (and {placements} placements)", flush=True)
+    return 0
+
+
+def main_grown(items: Sequence[Any], held_version: int, args: argparse.Namespace) -> int:
+    import hashlib
+
+    from tsopt.core.errors import UserInputError
+
+    try:
+        bases = {}
+        for item in items:
+            path = args.out / f"{item.name}.json"
+            if not path.is_file():
+                raise UserInputError(f"--grown: {path} is missing (python3 -m scripts.evidence "
+                                     "unpack oracle)")
+            bases[item.name] = (json.loads(path.read_text()),
+                                hashlib.sha256(path.read_bytes()).hexdigest())
+            if bases[item.name][0].get("problem") != item.spec:
+                raise UserInputError(f"--grown: {path} is a plan of "
+                                     f"{bases[item.name][0].get('problem')}, not {item.spec}")
+        anchors = {item.name: read_anchors(args.anchors, item.name) for item in items}
+    except UserInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for item in items:
+        base, sha = bases[item.name]
+        print(f"{item.name} ({item.spec}): choosing a supplement", flush=True)
+        plan = make_grown_plan(item, held_version, args.seed, base, sha, anchors[item.name],
+                               args.count)
+        if plan is None:
+            print("  its plan holds every value the space has: no supplement", flush=True)
+            continue
+        write_plan(plan, args.out / f"{item.name}.grown.json")
+        print(f"  {plan['count']} of {plan['wanted']} holding "
+              f"{', '.join(plan['supplements']['grown'])}, beside "
+              f"{len(plan['supplements']['anchors'])} anchors, in {plan['chooser_cpu_s']} CPU-s;"
+              f" families {plan['coverage']['family']}; grown values no candidate holds: "
+              f"{plan['uncovered'] or 'none'}", flush=True)
     return 0
 
 

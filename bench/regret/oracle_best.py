@@ -9,6 +9,11 @@ defaults), each with its whole genome from the plan and the oracle's figures. Ev
 bundle carries all of them, and the oracle best of a pass is the fastest of them in that
 pass: one pass decided the oracle's order, so its second and third may read first today.
 
+Where the space grew after a plan was measured, ``bench/oracle/<name>.grown.table.json`` (the
+supplement ``choose.py --grown`` draws, with the first table's best three as anchors measured
+in the same call) decides instead: its confirmed best, anchors included, are one pass's order
+over both. The entry says which table (``source``) and which cards measured it.
+
 Standard library only (the GPU machine reads the output; it never needs the plans). The file
 is test data for the search, as the tables are: never library input.
 """
@@ -28,8 +33,10 @@ FORMAT = "tsopt-regret-oracle-best"
 
 
 def oracle_entry(name: str, spec: str, top: int) -> dict:
-    table_path = ORACLE / f"{name}.table.json"
-    plan_path = ORACLE / "plans" / f"{name}.json"
+    grown = ORACLE / f"{name}.grown.table.json"
+    stem = f"{name}.grown" if grown.exists() else name
+    table_path = ORACLE / f"{stem}.table.json"
+    plan_path = ORACLE / "plans" / f"{stem}.json"
     if not plan_path.exists():
         raise SystemExit(f"error: {plan_path} is missing: run `python3 -m scripts.evidence "
                          "unpack oracle` first")
@@ -52,7 +59,7 @@ def oracle_entry(name: str, spec: str, top: int) -> dict:
               "genome": genomes[r["genome_hash"]]}
              for i, r in enumerate(confirmed[:top])]
     return {"name": name, "problem": spec, "table_devices": table["devices"],
-            "plan_sha256": sha, "oracle": picks}
+            "source": stem, "plan_sha256": sha, "oracle": picks}
 
 
 def main() -> int:

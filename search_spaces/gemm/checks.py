@@ -559,15 +559,18 @@ def swizzle_band_findings(cfg: GemmConfig) -> list[Finding]:
     if not cfg.persistent or cfg.swizzle <= 1:
         return []
     if cfg.raster == "m":
-        across, clusters = "N", -(-cfg.tiles_n // cfg.cluster_n)
+        across, size, clusters = "N", cfg.n, -(-cfg.tiles_n // cfg.cluster_n)
     else:
-        across, clusters = "M", -(-cfg.tiles_m // cfg.cluster_m)
+        across, size, clusters = "M", cfg.m, -(-cfg.tiles_m // cfg.cluster_m)
     if cfg.swizzle <= clusters:
         return []
+    # The size is the kernel's: swapped, its N is the problem's M (and its M the problem's N).
+    kernel = " of the swapped kernel" if cfg.swap_ab else ""
     return [Finding(
         "tsopt.swizzle_band",
         f"swizzle {cfg.swizzle} is wider than the {clusters} cluster{'s' if clusters != 1 else ''} "
-        f"of tiles across {across} (raster '{cfg.raster}'): the persistent scheduler would walk "
+        f"of tiles across {across}={size}{kernel} (raster '{cfg.raster}'): the persistent "
+        f"scheduler would walk "
         f"{cfg.swizzle - clusters} empty cluster{'s' if cfg.swizzle - clusters != 1 else ''} "
         f"per band through their whole K loop; take swizzle <= {clusters}",
     )]
