@@ -101,18 +101,7 @@ def test_the_chooser_is_deterministic_legal_and_stratified(tmp_path: Path) -> No
     assert [c["genome"] for c in a["candidates"]] == [c["genome"] for c in b["candidates"]]
     assert a["count"] == 36 and set(a["coverage"]["family"]) == FAMILIES
     assert {c["origin"] for c in a["candidates"]} >= {"seed", "coverage", "model"}
-    # Legal by the space's declared legal set, and valid by the cheap predicting judge.
-    space = get_space("gemm")
-    space.judge = judge_for(space)
-    problem = parse_problem_spec(a["problem"])
-    proposer = Proposer(space, problem, KnobView.of(space, problem, "evolve"),
-                        predicting_judge(space))
-    predict = predicting_judge(space)
-    for cand in a["candidates"]:
-        assert proposer.legal(cand["params"]), cand["genome_hash"]
-        assert predict(Genome.from_dict(cand["genome"]), problem).valid
-        for knob, value in cand["forced"].items():  # what the stratum forced, it holds
-            assert cand["params"][knob] == value
+    assert_legal_and_valid(a["problem"], a["candidates"])
     other = script("choose.py", "--problem", "mid", "--count", "36", "--seed", "1",
                    "--out", str(tmp_path / "c"))
     assert other.returncode == 0
@@ -121,15 +110,28 @@ def test_the_chooser_is_deterministic_legal_and_stratified(tmp_path: Path) -> No
                                                             for x in a["candidates"]}
 
 
+def assert_legal_and_valid(spec: str, candidates: list[dict]) -> None:
+    """Each candidate is legal by the space's declared legal set, valid by the cheap
+    predicting judge, and holds what its stratum forced."""
+    space = get_space("gemm")
+    space.judge = judge_for(space)
+    problem = parse_problem_spec(spec)
+    proposer = Proposer(space, problem, KnobView.of(space, problem, "evolve"),
+                        predicting_judge(space))
+    predict = predicting_judge(space)
+    for cand in candidates:
+        assert proposer.legal(cand["params"]), cand["genome_hash"]
+        assert predict(Genome.from_dict(cand["genome"]), problem).valid
+        for knob, value in cand["forced"].items():
+            assert cand["params"][knob] == value
+
+
 @pytest.mark.slow
 def test_a_grown_space_gets_a_supplement_of_the_values_its_plan_lacks(tmp_path: Path) -> None:
     """The committed plan of ``mid`` was chosen before ``arrangement`` gained ``split_n`` and
     ``tile_m`` 192: ``--grown`` adds candidates holding exactly those, none of the plan's own,
     with the given anchors beside them, the same for the same seed."""
-    plans = tmp_path / "plans"
-    plans.mkdir()
     base = read_fixture("oracle/plans/mid.json.xz")
-    (plans / "mid.json").write_text(json.dumps(base))
     anchor = base["candidates"][5]  # any genome of the plan stands in for its best here
     anchors = tmp_path / "oracle-best.json"
     anchors.write_text(json.dumps({"problems": [{"name": "mid", "oracle": [
@@ -154,19 +156,10 @@ def test_a_grown_space_gets_a_supplement_of_the_values_its_plan_lacks(tmp_path: 
     assert first["origin"] == "anchor" and first["genome_hash"] == anchor["genome_hash"]
     assert len(added) == plan["count"] == 6
     base_hashes = {c["genome_hash"] for c in base["candidates"]}
-    space = get_space("gemm")
-    space.judge = judge_for(space)
-    problem = parse_problem_spec(plan["problem"])
-    proposer = Proposer(space, problem, KnobView.of(space, problem, "evolve"),
-                        predicting_judge(space))
-    predict = predicting_judge(space)
     for cand in added:
         assert cand["genome_hash"] not in base_hashes
         assert cand["params"]["arrangement"] == "split_n" or cand["params"]["tile_m"] == 192
-        for knob, value in cand["forced"].items():
-            assert cand["params"][knob] == value
-        assert proposer.legal(cand["params"]), cand["genome_hash"]
-        assert predict(Genome.from_dict(cand["genome"]), problem).valid
+    assert_legal_and_valid(plan["problem"], added)
     # A supplement needs the plan it supplements: one line, exit 2.
     missing = script("choose.py", "--grown", "--problem", "mid", "--out", str(tmp_path / "none"))
     assert missing.returncode == 2 and "none/mid.json is missing" in missing.stderr
