@@ -15,7 +15,8 @@ module, with the repository root on ``sys.path``) returns ``bench/tune_gpu/`` wi
 
 ``pack`` takes every file of ``bench/EXP/`` but its README and notes (``*.md``), scripts
 (``*.py``, ``*.sh``, ``*.cpp``) and the experiment's ``keep`` globs (``--keep GLOB`` adds one:
-a small summary that stays beside the README). A new experiment needs ``--what "..."``.
+a small summary that stays beside the README; a glob without ``/`` names top-level files
+only). A new experiment needs ``--what "..."``.
 After it, commit ``evidence/`` and ``bench/EXP/`` (its ``.gitignore`` names the archived
 files, so an unpacked copy stays out of git). Exit 2 with one line on a bad archive or name.
 """
@@ -59,10 +60,13 @@ GITIGNORE_HEAD = ("# Raw outputs packed into evidence/{exp}.tar.xz: `python3 -m 
 
 def is_kept(relative: str, keep: tuple[str, ...]) -> bool:
     """Whether a file of an experiment folder (its path in the folder) stays out of the
-    archive: a README, note or script by name, or a ``keep`` glob by path."""
+    archive: a README, note or script by name, or a ``keep`` glob by path. A glob without a
+    ``/`` keeps files at the folder's top level only (``fnmatch``'s ``*`` would otherwise
+    cross folders, and a summary glob would keep every bulky table below it)."""
     name = PurePosixPath(relative).name
     return (any(fnmatch.fnmatchcase(name, p) for p in ALWAYS_KEPT)
-            or any(fnmatch.fnmatchcase(relative, p) for p in keep))
+            or any(fnmatch.fnmatchcase(relative, p) and ("/" in p or "/" not in relative)
+                   for p in keep))
 
 
 def folder_raw_files(experiment: str, keep: tuple[str, ...], root: Path) -> dict[str, Path]:

@@ -96,6 +96,24 @@ def test_pack_then_unpack_gives_every_raw_file_back(tmp_path: Path) -> None:
     assert not (scratch / "bench/toy/README.md").exists()
 
 
+def test_a_keep_glob_without_a_slash_keeps_top_level_files_only(tmp_path: Path) -> None:
+    _experiment(tmp_path)
+    folder = tmp_path / "bench" / "toy"
+    (folder / "sub").mkdir()
+    (folder / "sub" / "summary.json").write_bytes(b'{"best": 0.99}\n')
+    (folder / "top.table.json").write_bytes(b"{}\n")
+    (folder / "sub" / "deep.table.json").write_bytes(b"{}\n")
+    (folder / "sub" / "kept.table.json").write_bytes(b"{}\n")
+    done = pack("toy", tmp_path, tmp_path / "evidence", what="a toy experiment",
+                keep=("summary.json", "*.table.json", "sub/kept.*"))
+    # `*` would cross the folder: a glob without `/` keeps the top level's files only.
+    assert "bench/toy/sub/summary.json" in done.added
+    assert "bench/toy/sub/deep.table.json" in done.added
+    assert (folder / "summary.json").exists() and (folder / "top.table.json").exists()
+    assert (folder / "sub" / "kept.table.json").exists()
+    assert not (folder / "sub" / "summary.json").exists()
+
+
 def test_an_archive_that_is_not_the_manifests_is_refused_naming_it(tmp_path: Path) -> None:
     _experiment(tmp_path)
     archives = tmp_path / "evidence"

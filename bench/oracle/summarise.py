@@ -25,7 +25,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TABLE_FORMAT = "tsopt-oracle-table"
-TOP = 25
+TOP = 10  # the markdown's best list; every row is in the table
 GENES = ("tile_m", "tile_n", "tile_k", "cluster", "stages", "epilogue", "arrangement",
          "consumers", "swap_ab")
 
@@ -98,7 +98,7 @@ def table_rows(plan: Mapping[str, Any], merged: Mapping[str, Any]) -> list[dict[
 
 
 def markdown(plan: Mapping[str, Any], merged: Mapping[str, Any],
-             rows: Sequence[Mapping[str, Any]]) -> str:
+             rows: Sequence[Mapping[str, Any]], top: int = TOP) -> str:
     timed = [r for r in rows if r["status"] == "ok" and r["ratio"]]
     timed.sort(key=lambda r: -r["ratio"])
     confirmed = [r for r in timed if r["confirmed"]]
@@ -144,10 +144,10 @@ def markdown(plan: Mapping[str, Any], merged: Mapping[str, Any],
                      f"{ok[0]['ratio']:.3f} | {statistics.median(r['ratio'] for r in ok):.3f} | "
                      f"`{ok[0]['genome_hash'][:12]}` {_genes(ok[0]['params'])} |" if ok else
                      f"| {family} | {len(members)} | 0 | - | - | - |")
-    lines += ["", f"## Top {TOP}", "",
+    lines += ["", f"## Top {top}", "",
               "| rank | genome | family | origin | genes | ratio [95 %] | screen | us |",
               "|---:|---|---|---|---|---|---:|---:|"]
-    for rank, r in enumerate(timed[:TOP], 1):
+    for rank, r in enumerate(timed[:top], 1):
         lines.append(f"| {rank} | `{r['genome_hash'][:12]}` | {r['family']} | {r['origin']} | "
                      f"{_genes(r['params'])} | {_ratio(r)}{'' if r['confirmed'] else ' (s)'} | "
                      f"{r['screen_ratio'] or 0:.3f} | {r['median_us']:.2f} |")
@@ -177,7 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("results", type=Path, nargs="+")
     parser.add_argument("--plans", type=Path, default=HERE / "plans")
     parser.add_argument("--out", type=Path, default=HERE)
+    parser.add_argument("--top", type=int, default=TOP,
+                        help="rows of the markdown's best list (the table keeps every row)")
     args = parser.parse_args(argv)
+    if args.top < 1:
+        print(f"error: --top {args.top}: must be at least 1", file=sys.stderr)
+        return 2
     try:
         docs = [json.loads(p.read_text()) for p in args.results]
         merged = merge(docs)
@@ -192,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = json.loads(plan_path.read_text())
         rows = table_rows(plan, into)
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"{name}.md").write_text(markdown(plan, into, rows))
+        (args.out / f"{name}.md").write_text(markdown(plan, into, rows, args.top))
         table = {"format": TABLE_FORMAT, "version": 1, "name": name, "problem": plan["problem"],
                  "heldout_version": plan.get("heldout_version"),
                  "plan_sha256": sorted(into["plan_sha256"]), "devices": sorted(into["devices"]),
