@@ -164,11 +164,20 @@ def markdown(plan: Mapping[str, Any], merged: Mapping[str, Any],
     return "\n".join(lines) + "\n"
 
 
+SIGNIFICANT = 6  # a ratio's interval is ~1e-3 wide: digits past the sixth are noise
+
+
+def _rounded(value: Any) -> Any:
+    return float(f"{value:.{SIGNIFICANT}g}") if isinstance(value, float) else value
+
+
 def compact_table(table: dict) -> str:
-    """The table as JSON with each row on its own line and no spaces."""
+    """The table as JSON with each row on its own line, no spaces, floats to six
+    significant digits."""
     head = {k: v for k, v in table.items() if k != "rows"}
     text = json.dumps(head, separators=(",", ":"))[:-1]
-    rows = ",\n".join(json.dumps(r, separators=(",", ":")) for r in table["rows"])
+    rows = ",\n".join(json.dumps({k: _rounded(v) for k, v in r.items()}, separators=(",", ":"))
+                       for r in table["rows"])
     return f'{text},"rows":[\n{rows}\n]}}\n'
 
 
