@@ -1,5 +1,7 @@
+import shutil
 import sys
 from pathlib import Path
+
 from tsopt.build.builder import build_candidate
 from tsopt.core.bundle import BundleEntry, write_bundle
 from tsopt.core.registry import get_space, problem_for
@@ -15,7 +17,7 @@ for spec in sys.argv[1:]:
         assert built.ok, built.error
         entries.append(BundleEntry(genome, Path(built.artifact_dir), origin="diverse"))
     out = Path(f".tsopt/bundles/gridstride-{problem.key}")
-    import shutil; shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
     write_bundle(out, study=f"gridstride-{problem.key}-sm_90a", space="gridstride", problem=problem,
                  arch="sm_90a", candidates=entries)
     print("wrote", out, len(entries))

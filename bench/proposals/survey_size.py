@@ -2,7 +2,8 @@
 driver binds it (its declared legal set and the proposer's repair), so that the README's
 "at most 8, fewer where ..." is a count, not a guess.
 
-    CUTE_DSL_ARCH=sm_90a .venv/bin/python bench/proposals/survey_size.py --out bench/proposals/survey_size.json
+    CUTE_DSL_ARCH=sm_90a .venv/bin/python bench/proposals/survey_size.py \
+        --out bench/proposals/survey_size.json
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@
 Per problem and genome: the paired ratio to the vendor baseline of each pass [95 %], their
 mean, the candidate's median time and the bandwidth it implies over the compulsory traffic
 (GEMM: A, B and D once; copy: read and write) as a fraction of the median a device copy
-moved on this H200 (read from bench/hbm_copy/hbm_copy.json, 4.21 TB/s), a GEMM's TFLOP/s, and whether the issue's target is met
-by the best genome's mean ratio.
+moved on this H200 (read from bench/hbm_copy/hbm_copy.json, 4.21 TB/s), a GEMM's TFLOP/s, and
+whether the issue's target is met by the best genome's mean ratio.
 """
 
 from __future__ import annotations

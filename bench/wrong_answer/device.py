@@ -21,6 +21,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "launch_modes"))
 from graph_check import export_loader  # noqa: E402  (the export's loader.py, imported by path)
+
 TOL = 0.01  # the runner's relative-error limit (workers/reference.py)
 
 
@@ -126,8 +127,8 @@ def main() -> int:
                     d = torch.empty(m, n, device="cuda", dtype=dtype)
                     doc["profiles"].append({
                         "label": label, "problem": p,
-                        "cublas": profile(lambda: torch.matmul(a, b.t(), out=d), f"cublas-{m}"),
-                        "tsopt": profile(lambda: kernel(a, b, out=d), f"tsopt-{m}")})
+                        "cublas": profile(lambda a=a, b=b, d=d: torch.matmul(a, b.t(), out=d), f"cublas-{m}"),
+                        "tsopt": profile(lambda k=kernel, a=a, b=b, d=d: k(a, b, out=d), f"tsopt-{m}")})
             except Exception as exc:  # noqa: BLE001 - one kernel's failure is its row
                 row["error"] = f"{type(exc).__name__}: {exc}"
             print(json.dumps({k: v for k, v in row.items() if k != "first_wrong"}), flush=True)
