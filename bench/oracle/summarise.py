@@ -26,6 +26,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 TABLE_FORMAT = "tsopt-oracle-table"
 TOP = 10  # the markdown's best list; every row is in the table
+SIGNIFICANT = 6  # a ratio's interval is ~1e-3 wide: digits past the sixth are noise
 GENES = ("tile_m", "tile_n", "tile_k", "cluster", "stages", "epilogue", "arrangement",
          "consumers", "swap_ab")
 
@@ -162,9 +163,6 @@ def markdown(plan: Mapping[str, Any], merged: Mapping[str, Any],
             cells.append(f"{value}: {max(ok):.3f} ({len(ok)})" if ok else f"{value}: - (0)")
         lines.append(f"| {gene} | {'; '.join(cells)} |")
     return "\n".join(lines) + "\n"
-
-
-SIGNIFICANT = 6  # a ratio's interval is ~1e-3 wide: digits past the sixth are noise
 
 
 def _rounded(value: Any) -> Any:
