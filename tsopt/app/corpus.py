@@ -74,12 +74,12 @@ EVIDENCE = (
     "bench/search_efficiency_h200/search-top-remeasured.json",
     # The Llama layer's runtime-M studies (graph mode; an H100's and an H200's runs). One state
     # only, the latest: each state's database holds every measurement of the ones before it.
-    "bench/llama_layer/state-gen2-h200.tar.xz")
+    "bench/llama_layer/state-gen3-built.tar.xz")
 """The committed evidence the corpus is made from: globs of member names in the evidence
 archives (each named from the repository root as its experiment wrote it, ``bench/EXP/...``;
 matched in the unpacked archives, never in the checkout). Left out:
-``bench/llama_layer``'s earlier states (``state-gen1-transfer``, ``state-gen2-transfer``: their
-measurements are in the latest state's database too) and ``workload-gen1.json`` (a summary of
+``bench/llama_layer``'s earlier states (``state-gen1-transfer``, ``state-gen2-transfer``,
+``state-gen2-h200``: their measurements are in the latest state's database too) and ``workload-gen1.json`` (a summary of
 the first generation's H200 run, whose raw results were not committed);
 ``bench/runner_isolation/planted`` (kernels planted to crash and hang, not candidates of a
 space); ``bench/export_h200`` and ``bench/torch_op_h200`` (three exported kernels timed
