@@ -67,3 +67,36 @@ def test_no_bundle_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert not (tmp_path / "pkg").exists()
 
 
+
+
+def on(h: str, ratio: float, device: str) -> dict[str, Any]:
+    return {**ok(h, ratio), "device": device}
+
+
+def test_picks_made_on_two_cards_are_named_and_measured_on_picks_on_one(tmp_path: Path) -> None:
+    """stop 54: a call given an H100 measured the buckets an H200 had not, and the package
+    mixed the two cards' picks without a word."""
+    bundles = tmp_path / "bundles"
+    bundle(bundles, "gemm-bf16-1-16x4096x4096-sm_90a", [1, 16], ["aa", "bb"],
+           [on("aa", 1.02, "NVIDIA H200"), on("bb", 1.01, "NVIDIA H200")])
+    bundle(bundles, "gemm-bf16-17-32x4096x4096-sm_90a", [17, 32], ["cc", "dd"],
+           [on("cc", 0.97, "NVIDIA H100 80GB HBM3"), on("dd", 0.99, "NVIDIA H100 80GB HBM3")])
+
+    def pick(*extra: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
+        package, picks_path = tmp_path / f"pkg{len(extra)}", tmp_path / f"p{len(extra)}.json"
+        run = subprocess.run([sys.executable, str(SCRIPT), str(bundles), "--package",
+                              str(package), "--json", str(picks_path), *extra],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return json.loads(picks_path.read_text()), run
+
+    mixed, run = pick()
+    assert [(p["genome_hash"], p["device"]) for p in mixed["picks"]] == [
+        ("aa", "NVIDIA H200"), ("dd", "NVIDIA H100 80GB HBM3")]
+    assert ("note: these picks were made on 2 GPUs (NVIDIA H100 80GB HBM3: 1, NVIDIA H200: 1 "
+            "buckets)") in run.stdout
+    one, run = pick("--measured-on", "NVIDIA H200")
+    assert one["measured_on"] == "NVIDIA H200"
+    assert [(p["genome_hash"], p["device"], p["measured"]) for p in one["picks"]] == [
+        ("aa", "NVIDIA H200", 2), (None, None, 0)]
+    assert "note:" not in run.stdout and "none (torch.matmul)" in run.stdout
