@@ -79,8 +79,9 @@ EVIDENCE = (
 archives (each named from the repository root as its experiment wrote it, ``bench/EXP/...``;
 matched in the unpacked archives, never in the checkout). Left out:
 ``bench/llama_layer``'s earlier states (``state-gen1-transfer``, ``state-gen2-transfer``,
-``state-gen2-h200``: their measurements are in the latest state's database too) and ``workload-gen1.json`` (a summary of
-the first generation's H200 run, whose raw results were not committed);
+``state-gen2-h200``: their measurements are in the latest state's database too) and
+``workload-gen1.json`` (a summary of the first generation's H200 run, whose raw results were
+not committed);
 ``bench/runner_isolation/planted`` (kernels planted to crash and hang, not candidates of a
 space); ``bench/export_h200`` and ``bench/torch_op_h200`` (three exported kernels timed
 through the exported loader against their recorded figure, unpaired: checks of an export,
