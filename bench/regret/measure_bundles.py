@@ -14,6 +14,14 @@ relative to the folder given, the runner's rc, seconds and last lines, its
 A bundle that cannot start before ``--deadline`` (seconds from the start, less
 ``--reserve`` s it may take) is listed as left; the same command in a later call measures
 it.
+
+A ``results.json`` measured on another GPU than this machine's (``nvidia-smi``'s name, or
+``--card``) is not resumed: it is renamed ``results-<its GPU>.json`` and the bundle is
+measured afresh, so that every candidate of a bundle is timed on one card (a ratio ranks
+kernels on the card that measured it only; stop 54's call, given an H100, resumed bundles an
+H200 had measured). The run's entry says what was set aside. ``--resume-across-cards`` keeps
+the old way: the runner resumes whatever is there, notes the other card, and times only the
+candidates that lack a result.
 """
 
 from __future__ import annotations
@@ -21,7 +29,9 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import re
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,13 +58,47 @@ def new_document(start: float) -> dict:
             "bundles": [], "left": []}
 
 
+def this_card() -> str | None:
+    """This machine's first GPU as nvidia-smi names it (the name results.json records), None
+    where there is none."""
+    try:
+        shown = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = shown.stdout.strip().splitlines() if shown.returncode == 0 else []
+    return names[0].strip() if names else None
+
+
+def set_aside_other_card(bundle: Path, card: str | None) -> str | None:
+    """Rename the bundle's ``results.json`` to ``results-<its GPU>.json`` (never over another
+    file) when it was measured on a GPU other than ``card``; the new name, else None."""
+    path = bundle / "results.json"
+    if card is None or not path.exists():
+        return None
+    try:
+        measured_on = json.loads(path.read_text()).get("device") or None
+    except (OSError, ValueError):
+        return None  # the runner itself names what is wrong with it
+    if measured_on is None or measured_on == card:
+        return None
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", measured_on).strip("-").lower() or "gpu"
+    target, n = bundle / f"results-{slug}.json", 1
+    while target.exists():
+        n += 1
+        target = bundle / f"results-{slug}-{n}.json"
+    path.rename(target)
+    return target.name
+
+
 def measure_into(doc: dict, bundle: Path, folder: str, rel: str, left: float, out: Path,
-                 start: float, runner_args: list[str] | tuple[str, ...] = ()) -> None:
+                 start: float, runner_args: list[str] | tuple[str, ...] = (),
+                 set_aside: str | None = None) -> None:
     """One bundle measured by the runner, its run (with the ``roles.json`` beside it, if
     any) added to ``doc``, and ``out`` rewritten: a call cut short keeps what it measured."""
     run = run_runner(bundle, left, runner_args)
     roles_path = bundle.parent / f"{bundle.name}.{ROLES_NAME}"
-    run.update(folder=folder, path=rel,
+    run.update(folder=folder, path=rel, set_aside=set_aside,
                roles=json.loads(roles_path.read_text()) if roles_path.exists() else None)
     doc["bundles"].append(run)
     save(doc, out, start)
@@ -87,6 +131,11 @@ def main() -> int:
                         help="measure bundles whose path matches this glob before the rest, "
                              "in the order the globs are given (repeatable), so a deadline "
                              "leaves the others: e.g. the buckets that missed")
+    parser.add_argument("--card", default=None,
+                        help="this machine's GPU name (default: nvidia-smi's first)")
+    parser.add_argument("--resume-across-cards", action="store_true",
+                        help="resume a results.json measured on another GPU (default: set it "
+                             "aside and measure the bundle afresh on this one)")
     args = parser.parse_args()
     start = time.time()
     todo = [(folder, b) for folder in args.folders for b in bundles_under(folder)
@@ -99,6 +148,8 @@ def main() -> int:
               file=sys.stderr)
         return 2
     doc = new_document(start)
+    card = None if args.resume_across_cards else (args.card or this_card())
+    doc["card"] = card
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for folder, bundle in todo:
         rel = bundle.relative_to(folder).as_posix()
@@ -106,8 +157,12 @@ def main() -> int:
         if left < args.reserve:
             doc["left"].append(f"{folder.as_posix()}/{rel}")
             continue
+        aside = set_aside_other_card(bundle, card)
+        if aside:
+            print(f"{rel}: results.json was measured on another GPU; kept as {aside}, "
+                  f"measured afresh on {card}", flush=True)
         measure_into(doc, bundle, folder.as_posix(), rel, left, args.out, start,
-                     args.runner_arg)
+                     args.runner_arg, aside)
     save(doc, args.out, start)
     print(json.dumps({"measured": len(doc["bundles"]), "left": len(doc["left"]),
                       "wall_s": doc["wall_s"],
