@@ -43,6 +43,7 @@ def best_of(bundle: Path, measured_on: str | None = None) -> dict:
     if not results_path.exists():
         return pick
     results = json.loads(results_path.read_text())
+
     def card(m: dict) -> str | None:
         return m.get("device") or results.get("device")
 
